@@ -1,0 +1,97 @@
+"""vLLM V1 (>= 0.9): the four spec_decode counters plus generation tokens."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .. import config
+from ..model import Counters, SeriesKey, Snapshot
+from ..parser import Exposition, Sample, format_series
+
+_TOTALS = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED)
+
+
+def series_name(key: SeriesKey) -> str:
+    """How warnings name one engine's series: model_name="...",engine="..."."""
+    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
+
+
+def _key(sample: Sample) -> SeriesKey:
+    return (sample.labels.get(config.LABEL_MODEL, ""), sample.labels.get(config.LABEL_ENGINE, ""))
+
+
+def _valid(sample: Sample, warnings: list[str]) -> bool:
+    if math.isfinite(sample.value) and sample.value >= 0:
+        return True
+    warnings.append(f"{format_series(sample.name, sample.labels)} is {sample.value}, not a counter value; ignored")
+    return False
+
+
+def _collect(samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, float]:
+    out: dict[SeriesKey, float] = {}
+    for s in samples:
+        if not _valid(s, warnings):
+            continue
+        key = _key(s)
+        if key in out:  # same model/engine under extra labels: refuse to guess
+            warnings.append(f"{format_series(s.name, s.labels)} repeats ({series_name(key)}); first value kept")
+            continue
+        out[key] = s.value
+    return out
+
+
+class VllmV1Adapter:
+    name = "vllm-v1"
+    spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
+    families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS)
+
+    def snapshot(self, exp: Exposition) -> Snapshot | None:
+        if not any(exp.samples.get(n) for n in self.spec_families):
+            return None
+        warnings: list[str] = []
+        totals = [_collect(exp.samples.get(n, ()), warnings) for n in _TOTALS]
+        generation = _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), warnings)
+
+        positions: dict[SeriesKey, dict[int, float]] = {}
+        for s in exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS, ()):
+            raw = s.labels.get(config.LABEL_POSITION, "")
+            if not raw.isdigit():
+                warnings.append(f"{format_series(s.name, s.labels)} has no integer position label; ignored")
+                continue
+            if not _valid(s, warnings):
+                continue
+            per_key = positions.setdefault(_key(s), {})
+            if int(raw) in per_key:
+                warnings.append(f"{format_series(s.name, s.labels)} repeats a position; first value kept")
+                continue
+            per_key[int(raw)] = s.value
+
+        engines: dict[SeriesKey, Counters] = {}
+        keys = set().union(*totals, positions)
+        for key in sorted(keys):
+            missing = [n for n, values in zip(_TOTALS, totals) if key not in values]
+            if missing:
+                warnings.append(f"{series_name(key)}: missing {', '.join(missing)}; engine left out")
+                continue
+            pos = positions.get(key, {})
+            if sorted(pos) != list(range(len(pos))):
+                warnings.append(f"{series_name(key)}: positions {sorted(pos)} are not 0..k-1; engine left out")
+                continue
+            engines[key] = Counters(
+                drafts=totals[0][key],
+                draft_tokens=totals[1][key],
+                accepted=totals[2][key],
+                per_position=tuple(pos[i] for i in range(len(pos))),
+                generation_tokens=generation.get(key),
+            )
+        return Snapshot(
+            producer=self.name,
+            engines=engines,
+            warnings=tuple(warnings) + tuple(exp.issue_messages()),
+            malformed_lines=exp.malformed_lines,
+            duplicate_series=exp.duplicate_series,
+        )
+
+
+ADAPTER = VllmV1Adapter()

@@ -1,0 +1,130 @@
+"""Command line: ``report`` and ``diff`` (``serve`` and ``simulate`` come with the sidecar)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from . import __version__, config
+from .adapters import extract
+from .adapters.vllm_v1 import series_name
+from .derive import delta_engines
+from .model import Snapshot
+from .parser import ParseError
+from .render import render_text
+from .sources import SourceError, read_source, redact_url
+from .summary import summarize
+
+PROG = "vllm-specdec-exporter"
+
+
+class UsageError(Exception):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _duration(text: str) -> float:
+    try:
+        return config.parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    p.add_argument(
+        "--max-bytes", type=_positive_int, default=config.DEFAULT_MAX_PAYLOAD_BYTES,
+        help=f"refuse payloads larger than this (default: {config.DEFAULT_MAX_PAYLOAD_BYTES})",
+    )
+    p.add_argument(
+        "--timeout", type=_duration, default=config.DEFAULT_HTTP_TIMEOUT_SECONDS,
+        help=f"HTTP timeout per fetch (default: {config.DEFAULT_HTTP_TIMEOUT_SECONDS:g}s)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Speculative-decoding acceptance (MTP, EAGLE, ...) from vLLM's /metrics."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser("report", help="totals since the counters started, from one dump or URL")
+    report.add_argument("source", help="http(s) URL of /metrics, a file, or - for stdin")
+    _add_common(report)
+
+    diff = sub.add_parser("diff", help="the same over the interval between two dumps or scrapes")
+    diff.add_argument("sources", nargs="*", metavar="BEFORE AFTER", help="two dumps or URLs")
+    diff.add_argument("--url", help="scrape this URL twice, --interval apart")
+    diff.add_argument("--interval", type=_duration, help="time between the two scrapes of --url (e.g. 60s)")
+    _add_common(diff)
+    return parser
+
+
+def _load(source: str, args: argparse.Namespace) -> Snapshot:
+    data = read_source(source, args.max_bytes, args.timeout)
+    try:
+        return extract(data, args.max_bytes)
+    except ParseError as e:
+        name = "stdin" if source == "-" else redact_url(source)
+        raise ParseError(f"{name}: {e}") from None
+
+
+def _report(args: argparse.Namespace) -> tuple[dict, str]:
+    snap = _load(args.source, args)
+    summary = summarize(snap.engines, None, snap.warnings)
+    shown = "stdin" if args.source == "-" else redact_url(args.source)
+    return summary, f"{PROG} report: totals since the counters started ({shown})"
+
+
+def _diff(args: argparse.Namespace) -> tuple[dict, str]:
+    if args.url:
+        if args.sources or args.interval is None:
+            raise UsageError("diff --url URL needs --interval (e.g. --interval 60s) and no BEFORE/AFTER")
+        before = _load(args.url, args)
+        started = time.monotonic()
+        print(f"scraped {redact_url(args.url)}; scraping again in {args.interval:g} s ...", file=sys.stderr)
+        time.sleep(args.interval)
+        after = _load(args.url, args)
+        interval: float | None = time.monotonic() - started
+        shown = f"{redact_url(args.url)} over {interval:.1f} s"
+    else:
+        if len(args.sources) != 2 or args.interval is not None:
+            raise UsageError("diff needs BEFORE AFTER (two dumps or URLs), or --url URL --interval DURATION")
+        before, after = (_load(s, args) for s in args.sources)
+        interval = None
+        shown = " -> ".join("stdin" if s == "-" else redact_url(s) for s in args.sources)
+    if before.producer != after.producer:
+        raise UsageError(f"the two sources come from different producers ({before.producer}, {after.producer})")
+    deltas = delta_engines(before.engines, after.engines, series_name)
+    warnings = [*before.warnings, *after.warnings, *deltas.warnings]
+    return summarize(deltas.counters, interval, warnings), f"{PROG} diff: counters accrued between two scrapes ({shown})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        summary, title = {"report": _report, "diff": _diff}[args.command](args)
+    except (SourceError, ParseError, UsageError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if args.format == "json":
+        json.dump(summary, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(summary, title))
+    return 0

@@ -1,0 +1,196 @@
+"""Pure derivation math over counters and deltas, with vLLM's own definitions.
+
+- mean acceptance length AL = 1 + accepted / drafts (the bonus token included)
+- acceptance rate = accepted / draft_tokens (never k * drafts: drafts get trimmed)
+- per-position acceptance = per_pos[i] / drafts, a survival curve P(len >= i+1)
+- conditional acceptance = per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts
+- engines: sum the counters first, then divide; never average ratios
+- a quantity with a zero denominator is undefined (None), never 0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from . import config
+from .model import Counters, SeriesKey
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+def _restarted(before: Counters, after: Counters) -> bool:
+    if before.k != after.k:  # k only changes across a restart
+        return True
+    pairs = [(before.drafts, after.drafts), (before.draft_tokens, after.draft_tokens), (before.accepted, after.accepted)]
+    pairs += list(zip(before.per_position, after.per_position))
+    if before.generation_tokens is not None and after.generation_tokens is not None:
+        pairs.append((before.generation_tokens, after.generation_tokens))
+    return any(a < b for b, a in pairs)
+
+
+def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
+    """Counters accrued between two scrapes of one engine, and whether it restarted.
+
+    A decrease in any of an engine's counters means the engine restarted (vLLM
+    resets them all together), so every delta is then the new value: taking
+    per-series differences would undercount a series that had climbed past its
+    old value since the restart. An engine absent before started in between.
+    """
+    if before is None or _restarted(before, after):
+        return after, before is not None
+    generation = None
+    if before.generation_tokens is not None and after.generation_tokens is not None:
+        generation = after.generation_tokens - before.generation_tokens
+    return (
+        Counters(
+            drafts=after.drafts - before.drafts,
+            draft_tokens=after.draft_tokens - before.draft_tokens,
+            accepted=after.accepted - before.accepted,
+            per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position)),
+            generation_tokens=generation,
+        ),
+        False,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDeltas:
+    counters: dict[SeriesKey, Counters]
+    restarted: tuple[SeriesKey, ...]
+    warnings: tuple[str, ...]
+
+
+def delta_engines(
+    before: Mapping[SeriesKey, Counters], after: Mapping[SeriesKey, Counters], describe=str
+) -> EngineDeltas:
+    """Per-engine deltas between two snapshots, naming what appeared, vanished or restarted."""
+    counters: dict[SeriesKey, Counters] = {}
+    restarted: list[SeriesKey] = []
+    warnings: list[str] = []
+    for key, now in after.items():
+        prev = before.get(key)
+        counters[key], reset = delta(prev, now)
+        if reset:
+            restarted.append(key)
+            warnings.append(f"{describe(key)}: counters went down (restart); counted from zero")
+        elif prev is None:
+            warnings.append(f"{describe(key)}: not in the first scrape; counted from zero")
+    for key in before.keys() - after.keys():
+        warnings.append(f"{describe(key)}: in the first scrape only; left out")
+    return EngineDeltas(counters, tuple(restarted), tuple(warnings))
+
+
+def sum_counters(items: Iterable[Counters]) -> Counters:
+    """Engine aggregation: sums of counters (k = the largest k seen)."""
+    items = list(items)
+    k = max((c.k for c in items), default=0)
+    per_position = [0.0] * k
+    for c in items:
+        for i, v in enumerate(c.per_position):
+            per_position[i] += v
+    generation = [c.generation_tokens for c in items]
+    return Counters(
+        drafts=sum(c.drafts for c in items),
+        draft_tokens=sum(c.draft_tokens for c in items),
+        accepted=sum(c.accepted for c in items),
+        per_position=tuple(per_position),
+        # A share over only some engines' tokens would be wrong: all or nothing.
+        generation_tokens=sum(generation) if items and None not in generation else None,
+    )
+
+
+def _lt(a: float, b: float) -> bool:
+    """a < b beyond float noise."""
+    return b - a > config.INVARIANT_RELATIVE_TOLERANCE * max(1.0, abs(a), abs(b))
+
+
+def invariant_violations(c: Counters, series: str) -> list[str]:
+    """vLLM's counter invariants; each violation names the series. Never 'fixed'."""
+    out = []
+    pos_sum = sum(c.per_position)
+    if c.k and (_lt(pos_sum, c.accepted) or _lt(c.accepted, pos_sum)):
+        out.append(f"{series}: sum(accepted_per_position)={pos_sum:g} != accepted={c.accepted:g}")
+    chain = (c.drafts, *c.per_position)
+    for i in range(1, len(chain)):
+        if _lt(chain[i - 1], chain[i]):
+            lower = "drafts" if i == 1 else f"position {i - 2}"
+            out.append(f"{series}: position {i - 1} ({chain[i]:g}) exceeds {lower} ({chain[i - 1]:g})")
+    if _lt(c.draft_tokens, c.accepted):
+        out.append(f"{series}: accepted={c.accepted:g} exceeds draft_tokens={c.draft_tokens:g}")
+    if c.k and _lt(c.k * c.drafts, c.draft_tokens):
+        out.append(f"{series}: draft_tokens={c.draft_tokens:g} exceeds k*drafts={c.k}*{c.drafts:g}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Everything derived from one set of (summed or per-engine) counters."""
+
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_position: list[float]
+    num_generation_tokens: float | None
+    k: int
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+    per_position_acceptance: list[float | None]
+    conditional_acceptance: list[float | None]
+    effective_draft_length: float | None
+    # AL gained from position i; AL = 1 + sum(marginal), so by vLLM's definitions
+    # it equals the survival figure per_pos[i] / drafts.
+    marginal_acceptance_length: list[float | None]
+    # The AL a chain drafter would reach with k = i + 1 (positions beyond i dropped).
+    acceptance_length_at_k: list[float | None]
+    draft_token_share: float | None  # accepted / generation tokens
+    drafts_per_second: float | None
+    drafted_tokens_per_second: float | None
+    accepted_tokens_per_second: float | None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
+            out[key] = _count(out[key])
+        out["accepted_per_position"] = [_count(v) for v in out["accepted_per_position"]]
+        return out
+
+
+def _count(v: float | None) -> float | int | None:
+    return int(v) if v is not None and float(v).is_integer() else v
+
+
+def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
+    per_pos = list(c.per_position)
+    survival = [ratio(v, c.drafts) for v in per_pos]
+    conditional = [ratio(v, prev) for prev, v in zip([c.drafts, *per_pos], per_pos)]
+    at_k: list[float | None] = [None] * c.k
+    if c.drafts > 0:
+        running = 1.0
+        for i, v in enumerate(per_pos):
+            running += v / c.drafts
+            at_k[i] = running
+    per_second = (lambda v: ratio(v, interval_seconds)) if interval_seconds else (lambda v: None)
+    return Stats(
+        num_drafts=c.drafts,
+        num_draft_tokens=c.draft_tokens,
+        num_accepted_tokens=c.accepted,
+        accepted_per_position=per_pos,
+        num_generation_tokens=c.generation_tokens,
+        k=c.k,
+        mean_acceptance_length=None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
+        acceptance_rate=ratio(c.accepted, c.draft_tokens),
+        per_position_acceptance=survival,
+        conditional_acceptance=conditional,
+        effective_draft_length=ratio(c.draft_tokens, c.drafts),
+        marginal_acceptance_length=list(survival),
+        acceptance_length_at_k=at_k,
+        draft_token_share=ratio(c.accepted, c.generation_tokens) if c.generation_tokens is not None else None,
+        drafts_per_second=per_second(c.drafts),
+        drafted_tokens_per_second=per_second(c.draft_tokens),
+        accepted_tokens_per_second=per_second(c.accepted),
+        warnings=list(warnings),
+    )

@@ -1,0 +1,256 @@
+"""Prometheus text (0.0.4) and OpenMetrics parser with a fast path.
+
+A vLLM TP=8/DP=8 endpoint serves ~3,400 lines of which ~40 are speculative
+decoding. With ``wanted`` set, the parser finds only the lines of those sample
+names with ``bytes.find`` (C speed) and parses just them, instead of tokenising
+3,400 lines in Python. Names are matched exactly at the start of a line and must be
+followed by ``{`` or a blank, so ``foo_total`` never matches ``foo_total_created``
+and ``x_accepted_tokens_total`` never matches ``x_accepted_tokens_per_pos_total``.
+
+Malformed lines never abort a parse: they are counted and the first few are kept
+with their line numbers; the rest of the payload still counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from . import config
+
+_MAX_ISSUES_KEPT = 20  # detail kept per parse; the count is always exact
+_SNIFF_BYTES = 4096
+
+_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,?)')
+_UNESCAPE_RE = re.compile(r"\\(.)")
+_UNESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+# First meaningful line of any exposition: a comment or a sample name.
+_SNIFF_RE = re.compile(rb"[ \t]*(#|[a-zA-Z_:][a-zA-Z0-9_:]*[ \t{])")
+
+
+class ParseError(ValueError):
+    """The payload as a whole cannot be used (too big, not Prometheus text)."""
+
+
+class PayloadTooLarge(ParseError):
+    def __init__(self, size: int, cap: int):
+        super().__init__(f"payload is {size:,} bytes, over the {cap:,}-byte cap")
+        self.size = size
+        self.cap = cap
+
+
+class NotPrometheusText(ParseError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class LineIssue:
+    line: int  # 1-based
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+@dataclass(slots=True)
+class Exposition:
+    """Samples by exact sample name, with what went wrong along the way."""
+
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    malformed_lines: int = 0
+    duplicate_series: int = 0
+    issues: list[LineIssue] = field(default_factory=list)  # first few, with line numbers
+    openmetrics: bool = False
+    size: int = 0
+
+    def issue_messages(self) -> list[str]:
+        out = [str(i) for i in self.issues]
+        hidden = self.malformed_lines + self.duplicate_series - len(self.issues)
+        if hidden > 0:
+            out.append(f"... and {hidden} more problem line(s)")
+        return out
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _UNESCAPE_RE.sub(lambda m: _UNESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+
+
+def _parse_float(token: str) -> float:
+    # Go's ParseFloat forms (1.5e+06, +Inf, NaN); Python's float() also takes
+    # "1_000" and "infinity" spellings that no exposition contains: refuse them.
+    if "_" in token or not token:
+        raise _Malformed(f"bad value {token[:40]!r}")
+    try:
+        return float(token)
+    except ValueError:
+        raise _Malformed(f"bad value {token[:40]!r}") from None
+
+
+def parse_sample_line(line: str) -> Sample:
+    """One sample line -> Sample, or _Malformed with the reason."""
+    m = _NAME_RE.match(line)
+    if not m:
+        raise _Malformed("no metric name")
+    name = m.group(0)
+    pos = m.end()
+    labels: dict[str, str] = {}
+    if pos < len(line) and line[pos] == "{":
+        pos += 1
+        while True:
+            while pos < len(line) and line[pos] in " \t":
+                pos += 1
+            if pos < len(line) and line[pos] == "}":
+                pos += 1
+                break
+            lm = _LABEL_RE.match(line, pos)
+            if not lm:
+                raise _Malformed(f"bad label set in {name}")
+            key = lm.group(1)
+            if key in labels:
+                raise _Malformed(f"label {key!r} repeated in {name}")
+            labels[key] = _unescape(lm.group(2))
+            pos = lm.end()
+            if not lm.group(3):  # no comma: the set must close here
+                while pos < len(line) and line[pos] in " \t":
+                    pos += 1
+                if pos >= len(line) or line[pos] != "}":
+                    raise _Malformed(f"unterminated label set in {name}")
+                pos += 1
+                break
+    rest = line[pos:]
+    if not rest or rest[0] not in " \t":
+        raise _Malformed(f"no value after {name}")
+    # value [timestamp] [# exemplar (OpenMetrics)]
+    fields = rest.split("#", 1)[0].split()
+    if not fields or len(fields) > 2:
+        raise _Malformed(f"expected 'value [timestamp]' after {name}")
+    value = _parse_float(fields[0])
+    if len(fields) == 2:
+        _parse_float(fields[1])
+    return Sample(name, labels, value)
+
+
+def _check_payload(data: bytes, max_bytes: int) -> None:
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(len(data), max_bytes)
+    head = data[:_SNIFF_BYTES]
+    if not head.strip():
+        raise NotPrometheusText("empty payload")
+    if b"\x00" in head:
+        raise NotPrometheusText("binary data, not Prometheus text")
+    stripped = head.lstrip()
+    if stripped[:1] == b"<":
+        raise NotPrometheusText("HTML or XML, not Prometheus text (an error page?)")
+    if not _SNIFF_RE.match(stripped):
+        first = stripped.split(b"\n", 1)[0][:60].decode("utf-8", "replace")
+        raise NotPrometheusText(f"not Prometheus text: first line starts {first!r}")
+
+
+def _record(exp: Exposition, data: bytes, pos: int, message: str) -> None:
+    if len(exp.issues) < _MAX_ISSUES_KEPT:
+        exp.issues.append(LineIssue(data.count(b"\n", 0, pos) + 1, message))
+
+
+def _add_line(exp: Exposition, seen: set, data: bytes, start: int, end: int) -> None:
+    raw = data[start:end]
+    try:
+        sample = parse_sample_line(raw.decode("utf-8").strip())
+    except UnicodeDecodeError:
+        exp.malformed_lines += 1
+        _record(exp, data, start, "not valid UTF-8")
+        return
+    except _Malformed as e:
+        exp.malformed_lines += 1
+        _record(exp, data, start, str(e))
+        return
+    key = (sample.name, frozenset(sample.labels.items()))
+    if key in seen:
+        exp.duplicate_series += 1
+        _record(exp, data, start, f"duplicate series {format_series(sample.name, sample.labels)} (first value kept)")
+        return
+    seen.add(key)
+    exp.samples.setdefault(sample.name, []).append(sample)
+
+
+def _end_of(data: bytes, start: int, limit: int) -> int:
+    end = data.find(b"\n", start, limit)
+    return limit if end == -1 else end
+
+
+def _line_starts(data: bytes, needle: bytes, limit: int) -> Iterable[int]:
+    """Offsets of every line that starts with ``needle`` (before ``limit``)."""
+    if data.startswith(needle) and len(needle) <= limit:
+        yield 0
+    line_needle = b"\n" + needle
+    pos = data.find(line_needle, 0, limit)
+    while pos != -1:
+        yield pos + 1
+        pos = data.find(line_needle, pos + len(line_needle), limit)
+
+
+def parse(
+    data: bytes | str,
+    wanted: Iterable[str] | None = None,
+    max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Exposition:
+    """Parse an exposition; with ``wanted``, only samples with those exact names."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    _check_payload(data, max_bytes)
+    exp = Exposition(size=len(data))
+    seen: set = set()
+
+    # OpenMetrics ends at "# EOF"; a sample after it is not part of the exposition.
+    limit = len(data)
+    eof = data.rfind(b"# EOF")
+    if eof != -1 and (eof == 0 or data[eof - 1 : eof] == b"\n"):
+        exp.openmetrics = True
+        if data[eof + 5 :].strip():
+            exp.malformed_lines += 1
+            _record(exp, data, eof, "content after '# EOF' ignored")
+        limit = eof
+
+    if wanted is None:
+        pos = 0
+        while pos < limit:
+            end = _end_of(data, pos, limit)
+            line = data[pos:end].strip()
+            if line and not line.startswith(b"#"):
+                _add_line(exp, seen, data, pos, end)
+            pos = end + 1
+        return exp
+
+    for name in sorted(set(wanted)):
+        needle = name.encode()
+        for start in _line_starts(data, needle, limit):
+            after = start + len(needle)
+            if data[after : after + 1] in (b"{", b" ", b"\t"):
+                _add_line(exp, seen, data, start, _end_of(data, after, limit))
+    return exp
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def format_series(name: str, labels: dict[str, str]) -> str:
+    """name{k="v",...} escaped as on the wire, so it always fits on one line."""
+    if not labels:
+        return name
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{body}}}"

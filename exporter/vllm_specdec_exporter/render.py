@@ -1,0 +1,89 @@
+"""The summary JSON as a terminal report: figures, a per-position table with bars, engines."""
+
+from __future__ import annotations
+
+from . import config
+
+
+def _num(v: float | int | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def _fix(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def bar(fraction: float | None, width: int = config.BAR_WIDTH) -> str:
+    if fraction is None:
+        return " " * width
+    full = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * full + "·" * (width - full)
+
+
+def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
+    s = entry["all"]
+    engines = entry["engines"]
+    k = s["k"]
+    lines = [f"model {model}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
+    ceiling = f"   of at most {k + 1:.3f} (k+1)" if k else ""
+    lines.append(f"  mean acceptance length  {_fix(s['mean_acceptance_length'])}{ceiling}")
+    lines.append(
+        f"  acceptance rate         {_pct(s['acceptance_rate'])}   "
+        f"({_num(s['num_accepted_tokens'])} of {_num(s['num_draft_tokens'])} draft tokens)"
+    )
+    lines.append(
+        f"  drafts                  {_num(s['num_drafts'])}   "
+        f"({_fix(s['effective_draft_length'], 2)} draft tokens per draft)"
+    )
+    if s["num_generation_tokens"] is not None:
+        lines.append(
+            f"  output from drafts      {_pct(s['draft_token_share'])} of "
+            f"{_num(s['num_generation_tokens'])} generation tokens"
+        )
+    if interval:
+        lines.append(
+            f"  per second              {_fix(s['drafts_per_second'], 1)} drafts, "
+            f"{_fix(s['drafted_tokens_per_second'], 1)} drafted, "
+            f"{_fix(s['accepted_tokens_per_second'], 1)} accepted tokens  (over {interval:.1f} s)"
+        )
+    if k:
+        lines.append("")
+        lines.append("  position    accepted  acceptance  conditional  adds to AL  AL at k=pos+1")
+        for i in range(k):
+            lines.append(
+                f"  {i:>8}  {_num(s['accepted_per_position'][i]):>10}  {_pct(s['per_position_acceptance'][i]):>10}"
+                f"  {_pct(s['conditional_acceptance'][i]):>11}  {_fix(s['marginal_acceptance_length'][i]):>10}"
+                f"  {_fix(s['acceptance_length_at_k'][i]):>13}  {bar(s['per_position_acceptance'][i])}"
+            )
+    if len(engines) > 1:
+        lines.append("")
+        pos_head = "".join(f"  {'pos ' + str(i):>7}" for i in range(k))
+        lines.append(f"  {'engine':>8}  {'drafts':>12}  {'AL':>6}  {'acceptance':>10}{pos_head}")
+        for engine, e in engines.items():
+            pos = "".join(f"  {_pct(v):>7}" for v in e["per_position_acceptance"])
+            lines.append(
+                f"  {engine:>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
+                f"  {_pct(e['acceptance_rate']):>10}{pos}"
+            )
+    return lines
+
+
+def render_text(summary: dict, title: str) -> str:
+    lines = [title, ""]
+    interval = summary["interval_seconds"]
+    for model, entry in summary["models"].items():
+        lines += _model_block(model, entry, interval)
+        lines.append("")
+    warnings = list(summary["warnings"])
+    for model, entry in summary["models"].items():
+        warnings += entry["all"]["warnings"]
+        for e in entry["engines"].values():
+            warnings += e["warnings"]
+    if warnings:
+        lines.append(f"warnings ({len(warnings)}):")
+        lines += [f"  - {w}" for w in warnings]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,106 @@
+"""Where payloads come from: an http(s) URL, a file, or stdin ('-').
+
+``fetch_metrics`` is the one HTTP fetch, shared by the CLI and the sidecar: it caps
+the body while streaming, so an endless response cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from . import config
+from .parser import PayloadTooLarge
+
+ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+class SourceError(Exception):
+    """A source could not be read; the message is one line naming it."""
+
+
+def redact_url(url: str) -> str:
+    """The URL without any user:password part, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+async def fetch_metrics(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+    timeout: float = config.DEFAULT_HTTP_TIMEOUT_SECONDS,
+    headers: dict[str, str] | None = None,
+) -> bytes:
+    shown = redact_url(url)
+    try:
+        async with session.get(
+            url,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            headers={"Accept": ACCEPT, **(headers or {})},
+        ) as resp:
+            if resp.status != 200:
+                raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip())
+            if resp.content_length is not None and resp.content_length > max_bytes:
+                raise PayloadTooLarge(resp.content_length, max_bytes)
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > max_bytes:
+                    raise PayloadTooLarge(len(body), max_bytes)
+            return bytes(body)
+    except asyncio.TimeoutError:
+        raise SourceError(f"{shown} did not answer within {timeout:g} s") from None
+    except aiohttp.ClientConnectorError as e:
+        raise SourceError(f"cannot connect to {shown}: {e.os_error or e}") from None
+    except aiohttp.InvalidURL:
+        raise SourceError(f"invalid URL {shown}") from None
+    except aiohttp.ClientError as e:
+        raise SourceError(f"{shown}: {type(e).__name__}: {e}") from None
+
+
+async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:
+    async with aiohttp.ClientSession() as session:
+        return await fetch_metrics(session, url, max_bytes=max_bytes, timeout=timeout)
+
+
+def read_source(
+    source: str,
+    max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+    timeout: float = config.DEFAULT_HTTP_TIMEOUT_SECONDS,
+) -> bytes:
+    """Bytes of a URL, a file, or stdin, refusing more than ``max_bytes``."""
+    if is_url(source):
+        return asyncio.run(_fetch_once(source, max_bytes, timeout))
+    if "://" in source:
+        raise SourceError(f"unsupported source {redact_url(source)!r}: use an http(s) URL, a file, or '-'")
+    if source == "-":
+        data = sys.stdin.buffer.read(max_bytes + 1)
+    else:
+        path = Path(source)
+        try:
+            with path.open("rb") as f:
+                data = f.read(max_bytes + 1)
+        except FileNotFoundError:
+            raise SourceError(f"no such file: {source}") from None
+        except IsADirectoryError:
+            raise SourceError(f"{source} is a directory, not a /metrics dump") from None
+        except OSError as e:
+            raise SourceError(f"cannot read {source}: {e.strerror}") from None
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(len(data), max_bytes)
+    return data

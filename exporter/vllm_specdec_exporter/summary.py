@@ -1,0 +1,43 @@
+"""Counters per engine -> the stable JSON summary (CLI --format json, /api/v1/summary).
+
+Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}}},
+         "interval_seconds": number|null, "warnings": [...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .adapters.vllm_v1 import series_name
+from .derive import derive, invariant_violations, sum_counters
+from .model import Counters, SeriesKey
+
+
+def engine_order(engine: str) -> tuple[int, int | str]:
+    """Numeric ranks in numeric order (2 before 10), anything else after."""
+    return (0, int(engine)) if engine.isdigit() else (1, engine)
+
+
+def summarize(
+    engines: Mapping[SeriesKey, Counters],
+    interval_seconds: float | None = None,
+    warnings: Iterable[str] = (),
+) -> dict:
+    by_model: dict[str, dict[str, Counters]] = {}
+    for (model, engine), counters in engines.items():
+        by_model.setdefault(model, {})[engine] = counters
+    models = {}
+    for model in sorted(by_model):
+        per_engine = by_model[model]
+        engines_json = {}
+        for engine in sorted(per_engine, key=engine_order):
+            c = per_engine[engine]
+            checks = invariant_violations(c, series_name((model, engine)))
+            engines_json[engine] = derive(c, interval_seconds, checks).to_json()
+        total = sum_counters(per_engine.values())
+        checks = invariant_violations(total, f'model_name="{model}" (sum of {len(per_engine)} engines)')
+        ks = sorted({c.k for c in per_engine.values()})
+        if len(ks) > 1:
+            checks.append(f'model_name="{model}": engines disagree on k {ks}; positions summed where present')
+        models[model] = {"all": derive(total, interval_seconds, checks).to_json(), "engines": engines_json}
+    return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}
