@@ -70,10 +70,12 @@ class Exposition:
     duplicate_series: int = 0
     issues: list[LineIssue] = field(default_factory=list)  # first few, with line numbers
     openmetrics: bool = False
+    truncated: bool = False  # the payload ends mid-line
     size: int = 0
 
     def issue_messages(self) -> list[str]:
-        out = [str(i) for i in self.issues]
+        out = ["payload ends mid-line (truncated?)"] if self.truncated else []
+        out += [str(i) for i in self.issues]
         hidden = self.malformed_lines + self.duplicate_series - len(self.issues)
         if hidden > 0:
             out.append(f"... and {hidden} more problem line(s)")
@@ -212,7 +214,7 @@ def parse(
     if isinstance(data, str):
         data = data.encode("utf-8")
     _check_payload(data, max_bytes)
-    exp = Exposition(size=len(data))
+    exp = Exposition(size=len(data), truncated=not data.endswith(b"\n"))
     seen: set = set()
 
     # OpenMetrics ends at "# EOF"; a sample after it is not part of the exposition.

@@ -67,6 +67,10 @@ class VllmV1Adapter:
                 continue
             per_key[int(raw)] = s.value
 
+        # vLLM creates all k position series at start-up; the lazy Rust frontend
+        # creates them on first acceptance. Either way, once the family exists an
+        # engine without it was cut off (truncated or partial scrape).
+        positions_expected = bool(positions)
         engines: dict[SeriesKey, Counters] = {}
         keys = set().union(*totals, positions)
         for key in sorted(keys):
@@ -75,6 +79,9 @@ class VllmV1Adapter:
                 warnings.append(f"{series_name(key)}: missing {', '.join(missing)}; engine left out")
                 continue
             pos = positions.get(key, {})
+            if not pos and positions_expected:
+                warnings.append(f"{series_name(key)}: no {config.VLLM_V1_ACCEPTED_PER_POS}; engine left out")
+                continue
             if sorted(pos) != list(range(len(pos))):
                 warnings.append(f"{series_name(key)}: positions {sorted(pos)} are not 0..k-1; engine left out")
                 continue

@@ -1,0 +1,46 @@
+"""Shared fixtures: the real vLLM payloads and seed data live in ../shared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+PAYLOADS = SHARED / "payloads"
+SEED_DATA = SHARED / "seed_data"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, what: str) -> None:
+    """Skip locally when a tool or data set is missing; in CI that is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing, and CI=true forbids skipping")
+    pytest.skip(f"{what} is missing")
+
+
+@pytest.fixture(scope="session")
+def payloads() -> dict[str, bytes]:
+    require(PAYLOADS.is_dir(), f"{PAYLOADS}")
+    found = {p.name: p.read_bytes() for p in sorted(PAYLOADS.glob("*.prom"))}
+    require(len(found) >= 3, f"the three vLLM payloads in {PAYLOADS}")
+    return found
+
+
+def cli_path() -> str:
+    """The installed console script (what users run), next to this interpreter."""
+    script = Path(sys.executable).parent / "vllm-specdec-exporter"
+    return str(script) if script.exists() else shutil.which("vllm-specdec-exporter") or ""
+
+
+def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    exe = cli_path()
+    assert exe, "the vllm-specdec-exporter console script is not installed (pip install -e .)"
+    return subprocess.run([exe, *args], input=stdin, capture_output=True, timeout=timeout)
