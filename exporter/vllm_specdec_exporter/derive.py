@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from . import config
 from .model import Counters, SeriesKey
@@ -152,11 +152,15 @@ class Stats:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        out = asdict(self)
+        out = {f: getattr(self, f) for f in _STATS_FIELDS}  # dataclasses.asdict deep-copies: slow
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
             out[key] = _count(out[key])
-        out["accepted_per_position"] = [_count(v) for v in out["accepted_per_position"]]
+        out["accepted_per_position"] = [_count(v) for v in self.accepted_per_position]
+        out["warnings"] = list(self.warnings)
         return out
+
+
+_STATS_FIELDS = tuple(f.name for f in fields(Stats))
 
 
 def _count(v: float | None) -> float | int | None:

@@ -26,6 +26,17 @@ _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,?)')
 _UNESCAPE_RE = re.compile(r"\\(.)")
 _UNESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+# Canonical lines (what prometheus_client and Go clients write: no blanks inside
+# the braces, no escapes) take one regex; anything else goes to the careful path.
+_FAST_LINE_RE = re.compile(
+    r'([a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*)?),?\})?'
+    r"[ \t]+([^ \t#]+)(?:[ \t]+([^ \t#]+))?[ \t]*(?:#.*)?"
+)
+_FAST_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+# Lines are located by a shared prefix of this many bytes, one pass per prefix.
+_PREFIX_BYTES = 10
+_EOF_TAIL_BYTES = 4096
 # First meaningful line of any exposition: a comment or a sample name.
 _SNIFF_RE = re.compile(rb"[ \t]*(#|[a-zA-Z_:][a-zA-Z0-9_:]*[ \t{])")
 
@@ -105,6 +116,15 @@ def _parse_float(token: str) -> float:
 
 def parse_sample_line(line: str) -> Sample:
     """One sample line -> Sample, or _Malformed with the reason."""
+    fast = _FAST_LINE_RE.fullmatch(line)
+    if fast:
+        name, body, value, timestamp = fast.groups()
+        pairs = _FAST_LABEL_RE.findall(body) if body else []
+        labels = dict(pairs)
+        if len(labels) == len(pairs):  # a repeated label name gets the careful path's error
+            if timestamp is not None:
+                _parse_float(timestamp)
+            return Sample(name, labels, _parse_float(value))
     m = _NAME_RE.match(line)
     if not m:
         raise _Malformed("no metric name")
@@ -218,8 +238,10 @@ def parse(
     seen: set = set()
 
     # OpenMetrics ends at "# EOF"; a sample after it is not part of the exposition.
+    # Only the tail is searched: scanning 0.3 MB backwards for a marker that belongs
+    # on the last line would cost as much as the whole fast path.
     limit = len(data)
-    eof = data.rfind(b"# EOF")
+    eof = data.rfind(b"# EOF", max(0, limit - _EOF_TAIL_BYTES))
     if eof != -1 and (eof == 0 or data[eof - 1 : eof] == b"\n"):
         exp.openmetrics = True
         if data[eof + 5 :].strip():
@@ -237,12 +259,19 @@ def parse(
             pos = end + 1
         return exp
 
+    # One bytes.find pass per shared prefix (e.g. b"vllm:spec_" for all four
+    # spec-decode families), then an exact-name check on each line found.
+    groups: dict[bytes, list[bytes]] = {}
     for name in sorted(set(wanted)):
         needle = name.encode()
-        for start in _line_starts(data, needle, limit):
-            after = start + len(needle)
-            if data[after : after + 1] in (b"{", b" ", b"\t"):
-                _add_line(exp, seen, data, start, _end_of(data, after, limit))
+        groups.setdefault(needle[:_PREFIX_BYTES], []).append(needle)
+    for prefix, needles in groups.items():
+        for start in _line_starts(data, prefix, limit):
+            for needle in needles:
+                after = start + len(needle)
+                if data.startswith(needle, start, limit) and data[after : after + 1] in (b"{", b" ", b"\t"):
+                    _add_line(exp, seen, data, start, _end_of(data, after, limit))
+                    break
     return exp
 
 

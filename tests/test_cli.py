@@ -1,0 +1,140 @@
+"""The console script end to end: sources, exit codes, JSON schema, live URLs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiohttp import web
+
+from conftest import PAYLOADS, run_cli
+from http_fixtures import LoopbackServer, prom
+from seed_records import MODEL, render_dump
+
+DP8 = PAYLOADS / "vllm-v1-dp8-k2-single-process.prom"
+STATS_KEYS = {
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "mean_acceptance_length",
+    "acceptance_rate", "per_position_acceptance", "conditional_acceptance", "k", "effective_draft_length",
+    "marginal_acceptance_length", "warnings",
+}
+
+
+def counters(drafts, accepted, per_pos):
+    return {"drafts": drafts, "draft_tokens": 2 * drafts, "accepted": accepted, "per_pos": per_pos}
+
+
+BEFORE = counters(10000, 16000, [9000, 7000])
+AFTER = counters(16590, 16240, [9235, 7005])  # +6590 drafts, +240 accepted, [235, 5]: the broken V4-Pro case
+
+
+def error_line(proc) -> str:
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_report_from_stdin_equals_report_from_file():
+    data = DP8.read_bytes()
+    a = run_cli("report", "-", "--format", "json", stdin=data)
+    b = run_cli("report", str(DP8), "--format", "json")
+    assert a.returncode == b.returncode == 0
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+
+
+def test_json_schema_is_complete():
+    out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)
+    entry = out["models"]["deepseek-ai/DeepSeek-V4-Pro"]
+    assert set(entry) == {"all", "engines"}
+    assert STATS_KEYS <= set(entry["all"])
+    for stats in entry["engines"].values():
+        assert STATS_KEYS <= set(stats)
+        assert len(stats["per_position_acceptance"]) == len(stats["accepted_per_position"]) == stats["k"]
+
+
+def test_diff_of_two_files_reproduces_the_broken_v4_pro_case(tmp_path):
+    (tmp_path / "a").write_bytes(render_dump(BEFORE))
+    (tmp_path / "b").write_bytes(render_dump(AFTER))
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)["models"][MODEL]["all"]
+    assert (s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"]) == (6590, 13180, 240)
+    assert s["accepted_per_position"] == [235, 5]
+    assert round(s["mean_acceptance_length"], 4) == 1.0364
+    assert round(100 * s["acceptance_rate"], 2) == 1.82
+    text = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b")).stdout.decode()
+    assert "acceptance rate         1.8 %" in text
+
+
+def test_diff_across_a_restart_counts_from_zero(tmp_path):
+    (tmp_path / "a").write_bytes(render_dump(AFTER))
+    (tmp_path / "b").write_bytes(render_dump(BEFORE))  # counters went down
+    out = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json").stdout)
+    assert out["models"][MODEL]["all"]["num_drafts"] == BEFORE["drafts"]
+    assert any("restart" in w for w in out["warnings"])
+
+
+def test_report_and_diff_from_a_live_url():
+    dumps = [render_dump(BEFORE), render_dump(AFTER)]
+    with LoopbackServer(lambda n: prom(dumps[min(n, 1)])) as server:
+        proc = run_cli("diff", "--url", server.url, "--interval", "300ms", "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["interval_seconds"] >= 0.3
+        s = out["models"][MODEL]["all"]
+        assert s["num_drafts"] == 6590
+        assert s["drafts_per_second"] == pytest.approx(6590 / out["interval_seconds"])
+        report = json.loads(run_cli("report", server.url, "--format", "json").stdout)
+        assert report["models"][MODEL]["all"]["num_drafts"] == AFTER["drafts"]
+
+
+@pytest.mark.parametrize(
+    "status, body, expected",
+    [
+        (503, b"overloaded", "answered HTTP 503"),
+        (200, b"<html><body>login</body></html>", "HTML"),
+        (200, b"", "empty payload"),
+        (200, b'vllm:generation_tokens_total{engine="0",model_name="m"} 5\n', "no speculative-decoding families"),
+    ],
+)
+def test_url_errors_exit_2_with_one_line(status, body, expected):
+    with LoopbackServer(lambda n: web.Response(status=status, body=body)) as server:
+        proc = run_cli("report", server.url)
+    assert proc.returncode == 2
+    assert expected in error_line(proc)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["report", "/no/such/file.prom"], "no such file: /no/such/file.prom"),
+        (["report", "http://127.0.0.1:1/metrics"], "cannot connect to http://127.0.0.1:1/metrics"),
+        (["report", "ftp://example/metrics"], "unsupported source"),
+        (["report", "."], "is a directory"),
+        (["diff", str(DP8)], "diff needs BEFORE AFTER"),
+        (["diff", "--url", "http://127.0.0.1:1/metrics"], "needs --interval"),
+        (["report", str(DP8), "--max-bytes", "1000"], "over the 1,000-byte cap"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(args, expected):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert expected in error_line(proc)
+
+
+def test_credentials_in_a_url_are_never_printed():
+    proc = run_cli("report", "http://admin:s3cret@127.0.0.1:1/metrics")
+    assert proc.returncode == 2
+    assert b"s3cret" not in proc.stderr + proc.stdout
+
+
+def test_spec_decode_off_names_the_families(tmp_path):
+    f = tmp_path / "off.prom"
+    f.write_bytes(b'vllm:generation_tokens_total{engine="0",model_name="m"} 5\n')
+    line = error_line(run_cli("report", str(f)))
+    for family in ("num_drafts_total", "num_draft_tokens_total", "num_accepted_tokens_total", "per_pos_total"):
+        assert family in line
+
+
+def test_bad_usage_exits_2():
+    assert run_cli("report").returncode == 2
+    assert run_cli("diff", "--url", "x", "--interval", "soon").returncode == 2

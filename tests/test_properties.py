@@ -1,0 +1,109 @@
+"""Property-based tests: any counter stream with restarts gives sane figures;
+no input makes the parser raise anything but a clear ParseError."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vllm_specdec_exporter.adapters import extract
+from vllm_specdec_exporter.adapters.vllm_v1 import series_name
+from vllm_specdec_exporter.derive import delta_engines
+from vllm_specdec_exporter.parser import ParseError, parse
+from vllm_specdec_exporter.summary import summarize
+
+FAMS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total")
+
+
+def dump(state: dict) -> str:
+    lines = []
+    for engine, c in state.items():
+        lbl = f'engine="{engine}",model_name="m\\"odel\\\\x"'
+        for fam, v in zip(FAMS, (c["drafts"], c["tokens"], c["accepted"])):
+            lines.append(f"{fam}{{{lbl}}} {v:g}")
+        for i, v in enumerate(c["pos"]):
+            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lbl},position="{i}"}} {v}')
+    return "\n".join(lines) + "\n"
+
+
+def zero(k):
+    return {"drafts": 0, "tokens": 0, "accepted": 0, "pos": [0] * k}
+
+
+# A step: per engine, either a restart or a batch of drafts (tokens proposed, tokens accepted).
+draft = st.integers(1, 4).flatmap(lambda t: st.tuples(st.just(t), st.integers(0, t)))
+engine_step = st.one_of(st.just("restart"), st.lists(draft, max_size=8))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 4), engines=st.integers(1, 3), steps=st.lists(st.lists(engine_step, min_size=3, max_size=3),
+                                                                         min_size=1, max_size=6))
+def test_counter_streams_with_restarts(k, engines, steps):
+    state = {str(e): zero(k) for e in range(engines)}
+    prev = extract(dump(state))
+    for step in steps:
+        truth = zero(k)
+        for e in range(engines):
+            c = state[str(e)]
+            action = step[e]
+            if action == "restart":
+                if c["drafts"] < 2:
+                    # A restart that leaves every counter at or above its old value
+                    # cannot be seen from two scrapes (by us or by Prometheus): skip.
+                    continue
+                c = state[str(e)] = zero(k)
+                action = [(1, 1)]  # one draft after the restart: drafts fall from >= 2 to 1
+            for tokens, accepted in action:
+                tokens = min(tokens, k)
+                accepted = min(accepted, tokens)
+                for target in (c, truth):
+                    target["drafts"] += 1
+                    target["tokens"] += tokens
+                    target["accepted"] += accepted
+                    for i in range(accepted):
+                        target["pos"][i] += 1
+        snap = extract(dump(state))
+        deltas = delta_engines(prev.engines, snap.engines, series_name)
+        s = summarize(deltas.counters)["models"]['m"odel\\x']["all"]
+        assert s["warnings"] == []
+        assert s["num_drafts"] == truth["drafts"]
+        assert s["num_accepted_tokens"] == truth["accepted"]
+        assert s["accepted_per_position"] == truth["pos"]
+        if truth["drafts"]:
+            assert 1.0 <= s["mean_acceptance_length"] <= k + 1
+            assert 0.0 <= s["acceptance_rate"] <= 1.0
+            survival = s["per_position_acceptance"]
+            assert all(0.0 <= v <= 1.0 for v in survival)
+            assert survival == sorted(survival, reverse=True)
+            assert all(v is None or 0.0 <= v <= 1.0 for v in s["conditional_acceptance"])
+        else:
+            assert s["mean_acceptance_length"] is None and s["acceptance_rate"] is None
+        prev = snap
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_parser_never_raises_on_junk_bytes(data):
+    try:
+        parse(data)
+        parse(data, FAMS)
+        extract(data)
+    except ParseError:
+        pass
+
+
+line_chars = st.sampled_from(list('vlm:_spec{}="\\,0123456789.e+-# \nInfNa') + [FAMS[0], "engine", "model_name"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(line_chars, max_size=200).map("".join))
+def test_parser_never_raises_on_near_miss_text(text):
+    try:
+        exp = parse(text, FAMS)
+    except ParseError:
+        return
+    assert exp.malformed_lines >= 0
+    for samples in exp.samples.values():
+        for s in samples:
+            assert s.name in FAMS
