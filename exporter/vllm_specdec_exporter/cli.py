@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--url", help="scrape this URL twice, --interval apart")
     diff.add_argument("--interval", type=_duration, help="time between the two scrapes of --url (e.g. 60s)")
     _add_common(diff)
+
+    serve = sub.add_parser("serve", help="the sidecar: poll vLLM, keep windows, export /metrics")
+    serve.add_argument("--vllm.url", dest="vllm_url", action="append", metavar="[NAME=]URL",
+                       help="vLLM /metrics URL (repeatable); env VLLM_SPECDEC_EXPORTER_VLLM_URL (comma-separated)")
+    serve.add_argument("--web.listen-address", dest="listen_address", metavar="[HOST]:PORT",
+                       help=f"where to serve (default {config.DEFAULT_LISTEN_ADDRESS})")
+    serve.add_argument("--poll.interval", dest="poll_interval", metavar="DURATION",
+                       help=f"time between polls (default {config.DEFAULT_POLL_INTERVAL})")
+    serve.add_argument("--config.file", dest="config_file", metavar="FILE", help="YAML config: everything the flags set and more")
+    serve.add_argument("--log.format", dest="log_format", metavar="|".join(config.LOG_FORMATS), help="default auto")
+    serve.add_argument("--log.level", dest="log_level", metavar="|".join(config.LOG_LEVELS), help="default info")
     return parser
 
 
@@ -112,9 +123,32 @@ def _diff(args: argparse.Namespace) -> tuple[dict, str]:
     return summarize(deltas.counters, interval, warnings), f"{PROG} diff: counters accrued between two scrapes ({shown})"
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from . import logs
+    from .settings import ConfigError, load_settings
+    from .web import serve
+
+    try:
+        settings = load_settings(vars(args))
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_format, settings.log_level)
+    try:
+        asyncio.run(serve(settings))
+    except OSError as e:  # e.g. the port is taken
+        print(f"{PROG}: error: cannot listen on {settings.listen_address}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     try:
         summary, title = {"report": _report, "diff": _diff}[args.command](args)
     except (SourceError, ParseError, UsageError) as e:

@@ -20,7 +20,15 @@ ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.
 
 
 class SourceError(Exception):
-    """A source could not be read; the message is one line naming it."""
+    """A source could not be read; the message is one line naming it.
+
+    ``kind`` is a stable word for metrics labels: http_error, timeout,
+    connect_error, invalid_url, error.
+    """
+
+    def __init__(self, message: str, kind: str = "error"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def redact_url(url: str) -> str:
@@ -54,7 +62,7 @@ async def fetch_metrics(
             headers={"Accept": ACCEPT, **(headers or {})},
         ) as resp:
             if resp.status != 200:
-                raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip())
+                raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip(), "http_error")
             if resp.content_length is not None and resp.content_length > max_bytes:
                 raise PayloadTooLarge(resp.content_length, max_bytes)
             body = bytearray()
@@ -64,11 +72,11 @@ async def fetch_metrics(
                     raise PayloadTooLarge(len(body), max_bytes)
             return bytes(body)
     except asyncio.TimeoutError:
-        raise SourceError(f"{shown} did not answer within {timeout:g} s") from None
+        raise SourceError(f"{shown} did not answer within {timeout:g} s", "timeout") from None
     except aiohttp.ClientConnectorError as e:
-        raise SourceError(f"cannot connect to {shown}: {e.os_error or e}") from None
+        raise SourceError(f"cannot connect to {shown}: {e.os_error or e}", "connect_error") from None
     except aiohttp.InvalidURL:
-        raise SourceError(f"invalid URL {shown}") from None
+        raise SourceError(f"invalid URL {shown}", "invalid_url") from None
     except aiohttp.ClientError as e:
         raise SourceError(f"{shown}: {type(e).__name__}: {e}") from None
 

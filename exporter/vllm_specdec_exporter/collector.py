@@ -1,0 +1,158 @@
+"""The /metrics collector: fresh families on every scrape from immutable target views.
+
+Registered on a private CollectorRegistry (no process or platform collectors, no
+module-level metric objects). Names are the public contract; they are built from
+``config.PREFIX`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from . import __version__, config
+from .service import POLL_DURATION_BUCKETS, TargetView
+from .settings import Settings
+
+P = config.PREFIX
+T, M, E, W, POS = config.LABEL_TARGET, config.LABEL_MODEL, config.LABEL_ENGINE, config.LABEL_WINDOW, config.LABEL_POSITION
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{P}_{name}", doc, labels=labels)
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{P}_{name}", doc, labels=labels)
+
+
+def is_fresh(view: TargetView, now: float, staleness: float) -> bool:
+    return view.last_success_mono is not None and now - view.last_success_mono <= staleness
+
+
+class SpecDecodeCollector(Collector):
+    def __init__(self, views: Callable[[], Iterable[TargetView]], settings: Settings,
+                 mono: Callable[[], float] = time.monotonic):
+        self._views = views
+        self._settings = settings
+        self._mono = mono
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families depend on the data; do not collect at registration
+
+    def collect(self) -> Iterable[Metric]:
+        s = self._settings
+        views = list(self._views())
+        now = self._mono()
+        fresh = [v for v in views if is_fresh(v, now, s.staleness)]
+        for family in (*self._normalised_counters(fresh), *self._derived(fresh), *self._self_metrics(views)):
+            if family.samples:  # no HELP/TYPE for families with nothing to say
+                yield family
+
+    # --- vLLM's counters, renamed and stable across producers ---
+    def _normalised_counters(self, views: list[TargetView]) -> Iterable[Metric]:
+        base = [T, M, E]
+        drafts = _counter("drafts", "Speculative-decoding drafts (verification steps with >= 1 draft token), from vLLM.", base)
+        tokens = _counter("draft_tokens", "Draft tokens proposed, from vLLM.", base)
+        accepted = _counter("accepted_tokens", "Draft tokens accepted (bonus token not counted), from vLLM.", base)
+        per_pos = _counter("position_accepted_tokens",
+                           "Drafts in which at least position+1 draft tokens were accepted, from vLLM.", [*base, POS])
+        generation = _counter("generation_tokens", "Generation tokens (accepted draft and bonus tokens included), from vLLM.", base)
+        for v in views:
+            for (model, engine), c in v.raw.items():
+                labels = [v.name, model, engine]
+                drafts.add_metric(labels, c.drafts)
+                tokens.add_metric(labels, c.draft_tokens)
+                accepted.add_metric(labels, c.accepted)
+                for i, value in enumerate(c.per_position):
+                    per_pos.add_metric([*labels, str(i)], value)
+                if c.generation_tokens is not None:
+                    generation.add_metric(labels, c.generation_tokens)
+        yield from (drafts, tokens, accepted, per_pos, generation)
+
+    # --- windowed figures, summed over engines, and health ---
+    def _derived(self, views: list[TargetView]) -> Iterable[Metric]:
+        s = self._settings
+        tmw, tmwp = [T, M, W], [T, M, W, POS]
+        al = _gauge("mean_acceptance_length", "Mean acceptance length 1 + accepted/drafts over the window, summed over engines.", tmw)
+        rate = _gauge("acceptance_rate", "Draft acceptance rate accepted/draft_tokens over the window, summed over engines.", tmw)
+        pos = _gauge("position_acceptance_rate", "Share of drafts with at least position+1 tokens accepted over the window.", tmwp)
+        cond = _gauge("position_conditional_acceptance_rate",
+                      "Acceptance at a position given the previous one was accepted, over the window.", tmwp)
+        edl = _gauge("effective_draft_length", "Draft tokens per draft over the window (<= k).", tmw)
+        drafts = _gauge("window_drafts", "Drafts in the window: the sample size behind the ratio gauges.", tmw)
+        span = _gauge("window_span_seconds", "Seconds actually covered by the window (shorter just after start).", tmw)
+        e_al = _gauge("engine_mean_acceptance_length", "Mean acceptance length of one engine over the window.", [T, M, E, W])
+        e_rate = _gauge("engine_acceptance_rate", "Draft acceptance rate of one engine over the window.", [T, M, E, W])
+        k = _gauge("num_speculative_tokens", "k, the number of speculative tokens, from the position series.", [T, M])
+        baseline = _gauge("baseline_mean_acceptance_length",
+                          "Expected mean acceptance length of the matched baseline profile.", [T, M, "profile"])
+        health = _gauge("health", "Speculative-decoding health over the health window: one state is 1.", [T, M, config.LABEL_STATE])
+        for v in views:
+            for mv in v.models:
+                k.add_metric([v.name, mv.model_name], mv.k)
+                if mv.profile is not None:
+                    baseline.add_metric([v.name, mv.model_name, mv.profile.name], mv.profile.mean_acceptance_length)
+                for state in config.HEALTH_STATES:
+                    health.add_metric([v.name, mv.model_name, state], 1.0 if state == mv.health else 0.0)
+                for window, mw in mv.windows.items():
+                    labels = [v.name, mv.model_name, window]
+                    st = mw.stats
+                    drafts.add_metric(labels, st.num_drafts)
+                    span.add_metric(labels, mw.span_seconds)
+                    for engine, ef in mw.engines.items():
+                        if ef.drafts >= s.min_drafts:
+                            el = [v.name, mv.model_name, engine, window]
+                            _add(e_al, el, ef.mean_acceptance_length)
+                            _add(e_rate, el, ef.acceptance_rate)
+                    if st.num_drafts < s.min_drafts:
+                        continue  # an idle window shows no noise
+                    _add(al, labels, st.mean_acceptance_length)
+                    _add(rate, labels, st.acceptance_rate)
+                    _add(edl, labels, st.effective_draft_length)
+                    for i, (p, c) in enumerate(zip(st.per_position_acceptance, st.conditional_acceptance)):
+                        _add(pos, [*labels, str(i)], p)
+                        _add(cond, [*labels, str(i)], c)
+        yield from (al, rate, pos, cond, edl, drafts, span, e_al, e_rate, k, baseline, health)
+
+    # --- the exporter's own health ---
+    def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:
+        up = _gauge("up", "1 if the last poll of the vLLM target read its /metrics, else 0.", [T])
+        polls = _counter("exporter_polls", "Polls of a vLLM target by result.", [T, "result"])
+        duration = HistogramMetricFamily(f"{P}_exporter_poll_duration_seconds",
+                                         "Time to fetch and parse one poll.", labels=[T])
+        last = _gauge("exporter_last_success_timestamp_seconds", "Unix time of the last successful poll.", [T])
+        resets = _counter("exporter_counter_resets", "vLLM engine restarts seen as counters going down.", [T])
+        violations = _counter("exporter_invariant_violations",
+                              "Counter invariant violations seen in poll-to-poll increments.", [T])
+        parse_errors = _counter("exporter_parse_errors", "Malformed or duplicate lines among the families read.", [T])
+        refused = _counter("exporter_series_refused", "Model/engine series refused by max_series_per_target.", [T])
+        for v in views:
+            up.add_metric([v.name], 1.0 if v.up else 0.0)
+            for result, n in v.polls.items():
+                polls.add_metric([v.name, result], n)
+            cumulative = [(f"{b:g}", n) for b, n in zip(POLL_DURATION_BUCKETS, v.duration_buckets)]
+            duration.add_metric([v.name], cumulative + [("+Inf", v.duration_count)], v.duration_sum)
+            if v.last_success_wall is not None:
+                last.add_metric([v.name], v.last_success_wall)
+            resets.add_metric([v.name], v.counter_resets)
+            violations.add_metric([v.name], v.invariant_violations)
+            parse_errors.add_metric([v.name], v.parse_errors)
+            refused.add_metric([v.name], v.series_refused)
+        info = _gauge("exporter_build_info", "Build of the exporter; the value is always 1.", ["version", "python_version"])
+        info.add_metric([__version__, platform.python_version()], 1.0)
+        yield from (up, polls, duration, last, resets, violations, parse_errors, refused, info)
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, value)

@@ -1,0 +1,245 @@
+"""The sidecar's polling core: one poller per vLLM target, publishing immutable views.
+
+Each poll fetches /metrics, extracts the snapshot, folds it into the target's
+history and publishes a fresh frozen ``TargetView`` (an attribute swap, so the
+/metrics collector always reads a consistent state without locks). Clocks and the
+HTTP session are injected: tests drive ``poll_once`` with a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import aiohttp
+import structlog
+
+from .adapters import NoSpecDecodeFamilies, extract
+from .adapters.vllm_v1 import series_name
+from .derive import Stats, derive, invariant_violations, ratio, sum_counters
+from .health import classify, match_profile
+from .history import TargetHistory
+from .model import Counters, SeriesKey
+from .parser import NotPrometheusText, PayloadTooLarge
+from .settings import BaselineProfile, Settings, Target
+from .sources import SourceError, fetch_metrics, redact_url
+from .summary import engine_order
+
+log = structlog.get_logger("vllm_specdec_exporter")
+
+POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+POLL_RESULTS = ("success", "http_error", "timeout", "connect_error", "invalid_url", "too_large",
+                "not_prometheus", "no_spec_decode", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    drafts: float
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelWindow:
+    span_seconds: float
+    stats: Stats  # summed over the model's engines
+    engines: Mapping[str, EngineFigures]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    model_name: str
+    k: int
+    windows: Mapping[str, ModelWindow]
+    profile: BaselineProfile | None
+    health: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetView:
+    name: str
+    url: str  # redacted
+    up: bool = False
+    last_success_wall: float | None = None
+    last_success_mono: float | None = None
+    last_error: str | None = None
+    polls: Mapping[str, int] = field(default_factory=dict)
+    duration_buckets: tuple[int, ...] = (0,) * len(POLL_DURATION_BUCKETS)
+    duration_sum: float = 0.0
+    duration_count: int = 0
+    counter_resets: int = 0
+    invariant_violations: int = 0
+    parse_errors: int = 0
+    series_refused: int = 0
+    raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
+    models: tuple[ModelView, ...] = ()
+
+
+def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], settings: Settings,
+                method: str | None) -> tuple[ModelView, ...]:
+    """Derived figures per model and window, summed over engines (sums before ratios)."""
+    k_by_model: dict[str, int] = {}
+    for (model, _), c in raw.items():
+        k_by_model[model] = max(k_by_model.get(model, 0), c.k)
+    per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
+    for label, _ in settings.windows:
+        window = history.window(label)
+        if window is None:
+            continue
+        grouped: dict[str, dict[str, Counters]] = {}
+        for (model, engine), c in window.engines.items():
+            grouped.setdefault(model, {})[engine] = c
+        for model, engines in grouped.items():
+            if model not in per_model:
+                continue  # a model no longer served: its figures go with its counters
+            span = window.span_seconds or None
+            engines_fig = {
+                e: EngineFigures(c.drafts, None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
+                                 ratio(c.accepted, c.draft_tokens))
+                for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
+            }
+            per_model[model][label] = ModelWindow(window.span_seconds, derive(sum_counters(engines.values()), span),
+                                                  engines_fig)
+    views = []
+    for model in sorted(per_model):
+        k = k_by_model[model]
+        profile = match_profile(settings.baselines, model, k, method)
+        health_window = per_model[model].get(settings.health_window)
+        health = classify(health_window.stats if health_window else None, profile, settings.min_drafts,
+                          settings.collapse_margin, settings.degraded_fraction)
+        views.append(ModelView(model, k, per_model[model], profile, health))
+    return tuple(views)
+
+
+class TargetPoller:
+    def __init__(
+        self,
+        target: Target,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        mono: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
+        self.target = target
+        self.settings = settings
+        self.session = session
+        self.mono = mono
+        self.wall = wall
+        self.history = TargetHistory(settings.windows, settings.windows[-1][1] + settings.staleness)
+        self.failures = 0
+        self._polls = {r: 0 for r in POLL_RESULTS}
+        self._buckets = [0] * len(POLL_DURATION_BUCKETS)
+        self._seen_warnings: set[str] = set()
+        self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
+
+    def _headers(self) -> dict[str, str]:
+        if not self.target.bearer_token_file:
+            return {}
+        # Read on every poll so a rotated token is picked up; never logged.
+        try:
+            with open(self.target.bearer_token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as e:
+            raise SourceError(f"cannot read bearer_token_file: {e.strerror}", "error") from None
+        return {"Authorization": f"Bearer {token}"}
+
+    async def poll_once(self) -> str:
+        """One poll; returns the result word (also counted in polls_total)."""
+        started = self.mono()
+        snapshot = None
+        error = None
+        try:
+            body = await fetch_metrics(
+                self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
+                timeout=self.settings.poll_timeout, headers=self._headers(),
+            )
+            snapshot = extract(body, self.settings.max_payload_bytes)
+            result = "success"
+        except PayloadTooLarge as e:
+            result, error = "too_large", str(e)
+        except NotPrometheusText as e:
+            result, error = "not_prometheus", str(e)
+        except NoSpecDecodeFamilies as e:
+            result, error = "no_spec_decode", str(e)
+        except SourceError as e:
+            result, error = e.kind, str(e)
+        except Exception as e:  # a bug must not kill the poller: count it, log it, go on
+            result, error = "error", f"{type(e).__name__}: {e}"
+            log.exception("poll_failed_unexpectedly", target=self.target.name)
+        duration = self.mono() - started
+        self._record(result, error, duration, snapshot)
+        return result
+
+    def _record(self, result: str, error: str | None, duration: float, snapshot) -> None:
+        view = self.view
+        self._polls[result] = self._polls.get(result, 0) + 1
+        for i, bound in enumerate(POLL_DURATION_BUCKETS):
+            if duration <= bound:
+                self._buckets[i] += 1
+        common = dict(
+            polls=dict(self._polls), duration_buckets=tuple(self._buckets),
+            duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1,
+        )
+        # Reachable and Prometheus text, even without spec-decode families: vLLM is up.
+        up = result in ("success", "no_spec_decode")
+        if result != "success":
+            self.failures += 1
+            if view.up or view.last_error != error:
+                log.warning("target_poll_failed", target=self.target.name, result=result, error=error)
+            self.view = replace(view, up=up, last_error=error, **common)
+            return
+        if not view.up or view.last_error:
+            log.info("target_up", target=self.target.name, url=view.url)
+        self.failures = 0
+
+        engines = dict(snapshot.engines)
+        refused = 0
+        if len(engines) > self.settings.max_series_per_target:
+            keep = sorted(engines)[: self.settings.max_series_per_target]
+            refused = len(engines) - len(keep)
+            engines = {k: engines[k] for k in keep}
+            self._warn_once(f"{refused} model/engine series over max_series_per_target="
+                            f"{self.settings.max_series_per_target} refused")
+        now = self.mono()
+        observation = self.history.observe(now, engines)
+        violations = 0
+        for key, inc in observation.increments.items():
+            for message in invariant_violations(inc, series_name(key)):
+                violations += 1
+                self._warn_once(f"invariant violated in the last poll: {message}")
+        for key in observation.restarted:
+            log.info("counter_reset", target=self.target.name, series=series_name(key))
+        for message in snapshot.warnings:
+            self._warn_once(message)
+        self.view = replace(
+            view, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
+            counter_resets=view.counter_resets + len(observation.restarted),
+            invariant_violations=view.invariant_violations + violations,
+            parse_errors=view.parse_errors + snapshot.malformed_lines + snapshot.duplicate_series,
+            series_refused=view.series_refused + refused,
+            raw=engines, models=model_views(self.history, engines, self.settings, self.target.method),
+            **common,
+        )
+
+    def _warn_once(self, message: str) -> None:
+        # Upstream problems are logged when first seen, not on every poll.
+        if message not in self._seen_warnings and len(self._seen_warnings) < 1000:
+            self._seen_warnings.add(message)
+            log.warning("target_warning", target=self.target.name, warning=message)
+
+    def next_delay(self) -> float:
+        """The poll interval, or exponential backoff with jitter while the target fails."""
+        interval = self.settings.poll_interval
+        if not self.failures:
+            return interval
+        ceiling = min(self.settings.max_backoff, interval * 2 ** min(self.failures, 20))
+        return random.uniform(max(interval, ceiling / 2), max(interval, ceiling))
+
+    async def run(self) -> None:
+        while True:
+            started = self.mono()
+            await self.poll_once()
+            await asyncio.sleep(max(0.0, started + self.next_delay() - self.mono()))

@@ -1,0 +1,314 @@
+"""The sidecar's settings: flags > VLLM_SPECDEC_EXPORTER_* environment > YAML file > defaults.
+
+Every error names the key and what would be valid; ``serve`` exits 2 on one
+before binding anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from . import config
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(f"config: {key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    url: str
+    method: str | None = None  # mtp, eagle3, dspark, ...: vLLM does not expose it
+    bearer_token_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineProfile:
+    name: str
+    model: re.Pattern
+    k: int
+    mean_acceptance_length: float
+    method: str | None = None
+
+    def matches(self, model_name: str, k: int, method: str | None) -> bool:
+        if self.k != k or not self.model.search(model_name):
+            return False
+        # vLLM does not expose the method: a target that does not declare one
+        # matches on model and k alone.
+        return self.method is None or method is None or self.method == method
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    targets: tuple[Target, ...]
+    listen_host: str
+    listen_port: int
+    poll_interval: float
+    poll_timeout: float
+    max_backoff: float
+    windows: tuple[tuple[str, float], ...]  # (label, seconds), shortest first
+    min_drafts: int
+    staleness: float
+    max_payload_bytes: int
+    max_series_per_target: int
+    health_window: str
+    collapse_margin: float
+    degraded_fraction: float
+    baselines: tuple[BaselineProfile, ...]
+    log_format: str
+    log_level: str
+
+    @property
+    def listen_address(self) -> str:
+        return f"{self.listen_host or ''}:{self.listen_port}"
+
+    def window_seconds(self, label: str) -> float:
+        return dict(self.windows)[label]
+
+
+# --- small validators, each raising ConfigError(key, ...) ---
+
+
+def _duration(key: str, value: Any) -> float:
+    try:
+        return config.parse_duration(value)
+    except ValueError as e:
+        raise ConfigError(key, str(e)) from None
+
+
+def _number(key: str, value: Any, low: float, high: float, integer: bool = False) -> float:
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise ConfigError(key, f"{value!r} is not {kind} (valid: {low:g} to {high:g})")
+    if not low <= value <= high:
+        raise ConfigError(key, f"{value!r} is out of range (valid: {low:g} to {high:g})")
+    return value
+
+
+def _choice(key: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a mapping with keys {', '.join(allowed)}")
+    for k in value:
+        if k not in allowed:
+            raise ConfigError(f"{key}.{k}" if key else str(k), f"unknown key (valid: {', '.join(allowed)})")
+    return value
+
+
+def _url(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, f"{value!r} is not a URL")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(key, f"{value!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)")
+    return value
+
+
+def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(key, f"{value!r} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(key, f"{value!r}: port must be 0-65535")
+    return host, int(port)
+
+
+def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict]:
+    """'URL' or 'NAME=URL' per entry; one unnamed target is called 'vllm'."""
+    out = []
+    for i, entry in enumerate(urls):
+        name, sep, url = entry.partition("=")
+        if not sep or "://" in name:
+            name, url = (config.DEFAULT_TARGET_NAME if len(urls) == 1 else f"{config.DEFAULT_TARGET_NAME}-{i}"), entry
+        out.append({"name": name, "url": url})
+    return out
+
+
+def _target(key: str, raw: Any) -> Target:
+    raw = _mapping(key, raw, ("name", "url", "method", "bearer_token_file"))
+    if "url" not in raw:
+        raise ConfigError(f"{key}.url", "missing (an http(s) URL of vLLM's /metrics)")
+    name = raw.get("name", config.DEFAULT_TARGET_NAME)
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise ConfigError(f"{key}.name", f"{name!r} is not 1-64 of A-Z a-z 0-9 _ . -")
+    method = raw.get("method")
+    if method is not None and not isinstance(method, str):
+        raise ConfigError(f"{key}.method", f"{method!r} is not a string (e.g. mtp, eagle3)")
+    token_file = raw.get("bearer_token_file")
+    if token_file is not None and not isinstance(token_file, str):
+        raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
+    return Target(name, _url(f"{key}.url", raw["url"]), method, token_file)
+
+
+def _profile(key: str, raw: Any) -> BaselineProfile:
+    raw = _mapping(key, raw, ("name", "model", "k", "method", "mean_acceptance_length"))
+    for required in ("name", "model", "k", "mean_acceptance_length"):
+        if required not in raw:
+            raise ConfigError(f"{key}.{required}", "missing")
+    try:
+        pattern = re.compile(str(raw["model"]))
+    except re.error as e:
+        raise ConfigError(f"{key}.model", f"{raw['model']!r} is not a regular expression: {e}") from None
+    k = int(_number(f"{key}.k", raw["k"], 1, 64, integer=True))
+    al = float(_number(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"], 1.0, 65.0))
+    if al > k + 1:
+        raise ConfigError(f"{key}.mean_acceptance_length", f"{al:g} exceeds k+1={k + 1}")
+    return BaselineProfile(str(raw["name"]), pattern, k, al, raw.get("method"))
+
+
+def default_profiles() -> list[BaselineProfile]:
+    text = resources.files(__package__).joinpath("data/baselines.yaml").read_text()
+    return [_profile(f"default baselines[{i}]", p) for i, p in enumerate(yaml.safe_load(text))]
+
+
+def load_file(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError("--config.file", f"no such file: {path}") from None
+    except OSError as e:
+        raise ConfigError("--config.file", f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("--config.file", f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("--config.file", f"{path} must hold a mapping at the top level")
+    return data
+
+
+TOP_KEYS = ("targets", "listen_address", "poll", "windows", "min_drafts", "staleness", "max_payload_bytes",
+            "max_series_per_target", "health", "baselines", "log")
+
+
+def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings:
+    """Settings from the YAML mapping, with flag/env ``overrides`` (already picked) on top."""
+    data = _mapping("", file_data, TOP_KEYS)
+    poll = _mapping("poll", data.get("poll"), ("interval", "timeout", "max_backoff"))
+    health = _mapping("health", data.get("health"), ("window", "collapse_margin", "degraded_fraction"))
+    log = _mapping("log", data.get("log"), ("format", "level"))
+    baselines = _mapping("baselines", data.get("baselines"), ("include_defaults", "profiles"))
+
+    if "urls" in overrides:
+        raw_targets: Any = _targets_from_urls("--vllm.url", overrides["urls"])
+        target_key = "--vllm.url"
+    else:
+        raw_targets, target_key = data.get("targets"), "targets"
+    if not raw_targets or not isinstance(raw_targets, list):
+        raise ConfigError(target_key, "at least one vLLM /metrics URL is needed (--vllm.url or targets: in the file)")
+    targets = tuple(_target(f"{target_key}[{i}]", t) for i, t in enumerate(raw_targets))
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ConfigError(target_key, f"target names must be unique, got {names}")
+
+    listen_key = "--web.listen-address" if "listen_address" in overrides else "listen_address"
+    host, port = parse_listen_address(
+        listen_key, overrides.get("listen_address", data.get("listen_address", config.DEFAULT_LISTEN_ADDRESS))
+    )
+
+    interval_key = "--poll.interval" if "poll_interval" in overrides else "poll.interval"
+    interval = _duration(interval_key, overrides.get("poll_interval", poll.get("interval", config.DEFAULT_POLL_INTERVAL)))
+    timeout = _duration("poll.timeout", poll.get("timeout", config.DEFAULT_POLL_TIMEOUT))
+    timeout = min(timeout, interval) if "timeout" not in poll else timeout
+    max_backoff = _duration("poll.max_backoff", poll.get("max_backoff", config.DEFAULT_MAX_BACKOFF))
+    if max_backoff < interval:
+        raise ConfigError("poll.max_backoff", f"must be at least poll.interval ({interval:g}s)")
+
+    raw_windows = data.get("windows", list(config.DEFAULT_WINDOWS))
+    if not isinstance(raw_windows, list) or not raw_windows:
+        raise ConfigError("windows", "expected a non-empty list of durations, e.g. [1m, 5m, 15m, 1h]")
+    windows = sorted(((str(w), _duration(f"windows[{i}]", w)) for i, w in enumerate(raw_windows)), key=lambda w: w[1])
+    if len({s for _, s in windows}) != len(windows):
+        raise ConfigError("windows", f"durations must be distinct, got {raw_windows}")
+    if windows[0][1] < interval:
+        raise ConfigError("windows", f"the shortest window ({windows[0][0]}) is shorter than poll.interval")
+
+    health_window = str(health.get("window", config.DEFAULT_HEALTH_WINDOW))
+    if health_window not in dict(windows):
+        raise ConfigError("health.window", f"{health_window!r} is not one of the windows {[w for w, _ in windows]}")
+
+    profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(baselines.get("profiles") or [])]
+    include_defaults = baselines.get("include_defaults", True)
+    if not isinstance(include_defaults, bool):
+        raise ConfigError("baselines.include_defaults", f"{include_defaults!r} is not true or false")
+    if include_defaults:
+        profiles += default_profiles()
+
+    fmt_key = "--log.format" if "log_format" in overrides else "log.format"
+    level_key = "--log.level" if "log_level" in overrides else "log.level"
+    return Settings(
+        targets=targets,
+        listen_host=host,
+        listen_port=port,
+        poll_interval=interval,
+        poll_timeout=timeout,
+        max_backoff=max_backoff,
+        windows=tuple(windows),
+        min_drafts=int(_number("min_drafts", data.get("min_drafts", config.DEFAULT_MIN_DRAFTS), 1, 1e12, True)),
+        staleness=_duration("staleness", data.get("staleness", config.DEFAULT_STALENESS)),
+        max_payload_bytes=int(_number("max_payload_bytes", data.get("max_payload_bytes",
+                                      config.DEFAULT_MAX_PAYLOAD_BYTES), 1024, 1 << 31, True)),
+        max_series_per_target=int(_number("max_series_per_target", data.get("max_series_per_target",
+                                          config.DEFAULT_MAX_SERIES_PER_TARGET), 1, 1e6, True)),
+        health_window=health_window,
+        collapse_margin=float(_number("health.collapse_margin",
+                                      health.get("collapse_margin", config.DEFAULT_COLLAPSE_MARGIN), 0.0, 1.0)),
+        degraded_fraction=float(_number("health.degraded_fraction",
+                                        health.get("degraded_fraction", config.DEFAULT_DEGRADED_FRACTION), 0.0, 1.0)),
+        baselines=tuple(profiles),
+        log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
+        log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
+    )
+
+
+# flag attribute -> (environment variable suffix, settings override key)
+FLAG_ENV = {
+    "vllm_url": ("VLLM_URL", "urls"),
+    "listen_address": ("WEB_LISTEN_ADDRESS", "listen_address"),
+    "poll_interval": ("POLL_INTERVAL", "poll_interval"),
+    "log_format": ("LOG_FORMAT", "log_format"),
+    "log_level": ("LOG_LEVEL", "log_level"),
+    "config_file": ("CONFIG_FILE", "config_file"),
+}
+
+
+def pick_overrides(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Flags first; an unset flag falls back to VLLM_SPECDEC_EXPORTER_<NAME>."""
+    out: dict[str, Any] = {}
+    for attr, (suffix, key) in FLAG_ENV.items():
+        value = flags.get(attr)
+        if value in (None, []):
+            env_value = env.get(config.ENV_PREFIX + suffix)
+            if env_value:
+                value = [u.strip() for u in env_value.split(",") if u.strip()] if key == "urls" else env_value
+        if value not in (None, []):
+            out[key] = value
+    return out
+
+
+def load_settings(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> Settings:
+    overrides = pick_overrides(flags, env)
+    file_data = load_file(overrides["config_file"]) if "config_file" in overrides else {}
+    return build_settings(file_data, overrides)

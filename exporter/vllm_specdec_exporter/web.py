@@ -1,0 +1,190 @@
+"""The aiohttp app: /metrics, /, /healthz, /readyz, /api/v1/summary.
+
+``create_app(settings)`` builds the real app (tests drive it on loopback). Pollers
+run as tasks owned by the app's cleanup context, so shutting the app down cancels
+and awaits every one of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from . import __version__
+from .collector import SpecDecodeCollector, is_fresh
+from .model import Counters, SeriesKey
+from .render import bar
+from .service import TargetPoller, TargetView
+from .settings import Settings
+from .summary import summarize
+
+POLLERS = web.AppKey("pollers", list)
+SETTINGS = web.AppKey("settings", Settings)
+MONO = web.AppKey("mono", object)
+READY = web.AppKey("ready", dict)
+
+
+def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
+               wall: Callable[[], float] = time.time, start_polling: bool = True) -> web.Application:
+    app = web.Application()
+    app[SETTINGS] = settings
+    app[MONO] = mono
+    app[POLLERS] = []
+    app[READY] = {"ready": False}
+
+    async def pollers_ctx(app: web.Application):
+        async with aiohttp.ClientSession(auto_decompress=True) as session:
+            app[POLLERS].extend(TargetPoller(t, settings, session, mono, wall) for t in settings.targets)
+            tasks = [asyncio.create_task(p.run(), name=f"poll:{p.target.name}")
+                     for p in app[POLLERS]] if start_polling else []
+            app[READY]["ready"] = True
+            yield
+            app[READY]["ready"] = False
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app.cleanup_ctx.append(pollers_ctx)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], settings, mono))
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    app.router.add_get("/", landing)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/api/v1/summary", summary)
+    return app
+
+
+async def healthz(request: web.Request) -> web.Response:
+    # Liveness never depends on vLLM: failing it would restart the GPU pod.
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[READY]["ready"]:
+        return web.Response(text="ready\n")
+    return web.Response(status=503, text="starting\n")
+
+
+def fresh_views(app: web.Application) -> list[TargetView]:
+    settings, now = app[SETTINGS], app[MONO]()
+    return [p.view for p in app[POLLERS] if is_fresh(p.view, now, settings.staleness)]
+
+
+def summary_for(app: web.Application, window: str) -> dict:
+    """The report JSON schema over one window, across fresh targets."""
+    fresh = {v.name for v in fresh_views(app)}
+    pollers = [p for p in app[POLLERS] if p.target.name in fresh]
+    several = len(app[SETTINGS].targets) > 1
+    engines: dict[SeriesKey, Counters] = {}
+    spans = []
+    for p in pollers:
+        w = p.history.window(window)
+        if w is None:
+            continue
+        spans.append(w.span_seconds)
+        for (model, engine), c in w.engines.items():
+            # Two targets can both have engine "0" (replicas): keep them apart.
+            engines[(model, f"{p.target.name}/{engine}" if several else engine)] = c
+    stale = [t.name for t in app[SETTINGS].targets if t.name not in fresh]
+    warnings = [f"target {name}: no fresh data; left out" for name in stale]
+    return summarize(engines, max(spans) if spans else None, warnings)
+
+
+async def summary(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    window = request.query.get("window", settings.health_window)
+    if window not in dict(settings.windows):
+        valid = ", ".join(w for w, _ in settings.windows)
+        return web.json_response({"error": f"unknown window {window!r}; valid: {valid}"}, status=400)
+    return web.json_response(summary_for(request.app, window))
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+async def landing(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    fresh = {v.name for v in fresh_views(request.app)}
+    esc = html.escape
+    rows, models = [], []
+    for p in request.app[POLLERS]:
+        v = p.view
+        state = "up" if v.up else "down"
+        last = "never" if v.last_success_wall is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(v.last_success_wall))
+        rows.append(f"<tr><td>{esc(v.name)}</td><td>{esc(v.url)}</td><td class={state}>{state}</td>"
+                    f"<td>{last}</td><td>{esc(v.last_error or '')}</td></tr>")
+        if v.name not in fresh:
+            continue
+        for mv in v.models:
+            w = mv.windows.get(settings.health_window)
+            st = w.stats if w else None
+            baseline = f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)})" if mv.profile else "no profile"
+            bars = ""
+            if st is not None and st.num_drafts >= settings.min_drafts:
+                for i, fraction in enumerate(st.per_position_acceptance):
+                    pct = 0 if fraction is None else 100 * fraction
+                    bars += (f"<div class=bar><span>position {i}</span><meter min=0 max=1 value={fraction or 0:.4f}>"
+                             f"</meter> {pct:.1f} % <code>{bar(fraction, 20)}</code></div>")
+            al = _fmt(st.mean_acceptance_length if st and st.num_drafts >= settings.min_drafts else None, ".3f")
+            models.append(
+                f"<section><h3>{esc(mv.model_name)} <small>on {esc(v.name)}, k={mv.k}</small></h3>"
+                f"<p class=health-{mv.health}>health: <b>{mv.health}</b> (window {esc(settings.health_window)})</p>"
+                f"<p>mean acceptance length <b>{al}</b> against baseline {baseline}; "
+                f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}</section>"
+            )
+    page = f"""<!doctype html>
+<html><head><meta charset=utf-8><title>vllm-specdec-exporter</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{padding:.2em .8em;text-align:left}}
+.up{{color:green}}.down{{color:#b00}}.health-collapsed,.health-degraded{{color:#b00}}.health-ok{{color:green}}
+.bar span{{display:inline-block;width:7em}}meter{{width:20em}}</style></head>
+<body><h1>vllm-specdec-exporter {__version__}</h1>
+<p>Speculative-decoding acceptance of the vLLM servers below, polled every {settings.poll_interval:g} s.
+Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/summary?window={esc(settings.health_window)}">/api/v1/summary</a>
+· <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
+<h2>Targets</h2><table><tr><th>target</th><th>url</th><th>state</th><th>last success</th><th>last error</th></tr>
+{''.join(rows)}</table>
+<h2>Models</h2>{''.join(models) or '<p>No fresh data yet.</p>'}
+</body></html>"""
+    return web.Response(text=page, content_type="text/html")
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop``), then shut down with no task left behind."""
+    import signal
+
+    import structlog
+
+    log = structlog.get_logger("vllm_specdec_exporter")
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(create_app(settings), access_log_class=web.AccessLogger, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port)
+    await site.start()
+    bound = ", ".join(f"{a[0]}:{a[1]}" for s in runner.addresses for a in [s] if isinstance(a, tuple))
+    log.info("listening", address=bound or settings.listen_address,
+             targets=[t.name for t in settings.targets], windows=[w for w, _ in settings.windows])
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting_down")
+        await runner.cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        log.info("stopped", leftover_tasks=len(leftover))
