@@ -80,6 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config.file", dest="config_file", metavar="FILE", help="YAML config: everything the flags set and more")
     serve.add_argument("--log.format", dest="log_format", metavar="|".join(config.LOG_FORMATS), help="default auto")
     serve.add_argument("--log.level", dest="log_level", metavar="|".join(config.LOG_LEVELS), help="default info")
+
+    sim = sub.add_parser("simulate", help="serve a simulated vLLM V1 /metrics driven by a scenario")
+    sim.add_argument("--scenario", default="healthy", help="a built-in scenario name or a YAML file (default: healthy)")
+    sim.add_argument("--web.listen-address", dest="listen_address", default="127.0.0.1:18000", metavar="HOST:PORT")
+    sim.add_argument("--speed", type=float, default=1.0, help="scenario seconds per real second (default 1)")
+    sim.add_argument("--list", action="store_true", help="list the built-in scenarios and exit")
+
+    demo = sub.add_parser("demo", help="the live demo: simulator + exporter + a terminal view")
+    demo.add_argument("--scenario", default="demo", help="built-in scenario or YAML file (default: demo)")
+    demo.add_argument("--speed", type=float, default=1.0, help="scenario seconds per real second (default 1)")
+    demo.add_argument("--duration", type=_duration, help="stop after this long (default: run until Ctrl-C)")
+    demo.add_argument("--exporter-port", type=int, default=9746)
+    demo.add_argument("--simulator-port", type=int, default=18000)
     return parser
 
 
@@ -144,11 +157,61 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from aiohttp import web
+
+    from .settings import ConfigError, parse_listen_address
+    from .simulate import Simulation, builtin_scenarios, create_simulator_app, load_scenario
+
+    if args.list:
+        for name in builtin_scenarios():
+            print(f"{name}: {load_scenario(name).description}")
+        return 0
+    try:
+        scenario = load_scenario(args.scenario)
+        host, port = parse_listen_address("--web.listen-address", args.listen_address)
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    if not args.speed > 0:
+        print(f"{PROG}: error: --speed must be > 0", file=sys.stderr)
+        return 2
+    app = create_simulator_app(Simulation(scenario, speed=args.speed))
+    print(f"simulating vLLM ({scenario.name}: {scenario.description}) on http://{host or '0.0.0.0'}:{port}/metrics",
+          file=sys.stderr)
+    try:
+        web.run_app(app, host=host or None, port=port, print=None, access_log=None)
+    except OSError as e:
+        print(f"{PROG}: error: cannot listen on {args.listen_address}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .demo import run_demo
+    from .settings import ConfigError
+
+    try:
+        asyncio.run(run_demo(args.scenario, args.speed, args.duration, args.exporter_port, args.simulator_port))
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: {e.strerror or e} (is another demo running? try --exporter-port/--simulator-port)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
+    if args.command in ("serve", "simulate", "demo"):
+        return {"serve": _serve, "simulate": _simulate, "demo": _demo}[args.command](args)
     try:
         summary, title = {"report": _report, "diff": _diff}[args.command](args)
     except (SourceError, ParseError, UsageError) as e:

@@ -1,0 +1,109 @@
+"""The live demo: the simulator and the real exporter on loopback, and a terminal
+view that reads the exporter's own /metrics like any client would."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+
+import aiohttp
+from aiohttp import web
+
+from . import config
+from .collector import P
+from .parser import parse
+from .render import bar
+from .settings import build_settings
+from .simulate import Simulation, create_simulator_app, load_scenario
+from .web import create_app
+
+DEMO_WINDOW = "1m"
+WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_rate", "position_acceptance_rate",
+                               "baseline_mean_acceptance_length", "health", "window_drafts",
+                               "num_speculative_tokens", "engine_mean_acceptance_length", "up")]
+
+
+async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # the real port when 0 was asked
+    return runner, f"http://{host}:{bound}"
+
+
+def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -> str:
+    exp = parse(body, WANTED)
+
+    def values(name: str, **match) -> list:
+        return [s for s in exp.samples.get(f"{P}_{name}", [])
+                if all(s.labels.get(k) == v for k, v in match.items())]
+
+    lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s",
+             f"  simulated vLLM: {sim_url}/metrics    exporter: {exporter_url}/  ({exporter_url}/metrics)", ""]
+    up = values("up")
+    if up and up[0].value != 1.0:
+        lines.append("  target down")
+    for k_sample in values("num_speculative_tokens"):
+        model, k = k_sample.labels["model_name"], int(k_sample.value)
+        state = next((s.labels["state"] for s in values("health", model_name=model) if s.value == 1.0), "unknown")
+        al = values("mean_acceptance_length", model_name=model, window=DEMO_WINDOW)
+        base = values("baseline_mean_acceptance_length", model_name=model)
+        drafts = values("window_drafts", model_name=model, window=DEMO_WINDOW)
+        lines.append(f"model {model}   k={k}   window {DEMO_WINDOW}   health: {state.upper()}")
+        lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}"
+                     f"   baseline {base[0].value if base else float('nan'):.2f}   ceiling {k + 1:.2f}"
+                     f"   drafts in window {drafts[0].value if drafts else 0:,.0f}")
+        for pos in range(k):
+            p = values("position_acceptance_rate", model_name=model, window=DEMO_WINDOW, position=str(pos))
+            frac = p[0].value if p else None
+            lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
+        engines = sorted(values("engine_mean_acceptance_length", model_name=model, window=DEMO_WINDOW),
+                         key=lambda s: int(s.labels["engine"]) if s.labels["engine"].isdigit() else 0)
+        if engines:
+            cells = [f"{s.labels['engine']}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
+                     for s in engines]
+            lines.append("  per engine AL  " + "  ".join(cells))
+        lines.append("")
+    lines.append("Ctrl-C stops both.")
+    return "\n".join(lines)
+
+
+async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float | None = None,
+                   exporter_port: int = 9746, simulator_port: int = 18000, refresh: float = 2.0) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    simulation = Simulation(load_scenario(scenario), speed=speed)
+    sim_runner, sim_url = await _start(create_simulator_app(simulation), "127.0.0.1", simulator_port)
+    settings = build_settings(
+        {"windows": ["1m", "5m", "15m", "1h"], "health": {"window": DEMO_WINDOW}, "poll": {"interval": "1s"}},
+        {"urls": [f"demo={sim_url}/metrics"], "listen_address": f"127.0.0.1:{exporter_port}", "log_level": "warning"},
+    )
+    exp_runner, exporter_url = await _start(create_app(settings), "127.0.0.1", exporter_port)
+    tty = sys.stdout.isatty()
+    started = time.monotonic()
+    print(f"simulator: {sim_url}/metrics\nexporter:  {exporter_url}/   {exporter_url}/metrics   "
+          f"{exporter_url}/api/v1/summary?window={DEMO_WINDOW}\n", flush=True)
+    try:
+        async with aiohttp.ClientSession() as session:
+            while not stop.is_set():
+                async with session.get(f"{exporter_url}/metrics") as resp:
+                    body = await resp.read()
+                frame = render_frame(body, simulation.elapsed, sim_url, exporter_url)
+                print(("\x1b[H\x1b[2J" if tty else "\n") + frame, flush=True)
+                if duration is not None and time.monotonic() - started >= duration:
+                    break
+                try:
+                    await asyncio.wait_for(stop.wait(), refresh)
+                except asyncio.TimeoutError:
+                    pass
+    finally:
+        await exp_runner.cleanup()
+        await sim_runner.cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        print("demo stopped: simulator and exporter shut down.", flush=True)

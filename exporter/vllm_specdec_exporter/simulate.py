@@ -1,0 +1,355 @@
+"""A vLLM V1 /metrics simulator driven by a scenario: healthy, collapse at T,
+restart, idle, one bad engine.
+
+Counters are integrated deterministically from the scenario's rates (no
+randomness), so the acceptance a test injects is exactly what the counters say,
+and they keep vLLM's invariants by construction: integer drafts, per-position
+counts floored from a non-increasing survival curve, accepted = their sum, draft
+tokens between accepted and k * drafts. The payload is rendered by
+prometheus_client like vLLM's own, with the rest of vLLM's families so it has the
+real size and shape: single-process (with ``_created`` and process metrics) or
+multiprocess (neither).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+from . import config
+from .settings import ConfigError
+
+# vLLM's bucket sets (they change between versions; the exporter never relies on them).
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+TOKEN_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
+                 50000.0, 100000.0)
+ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+
+PARAM_KEYS = ("drafts_per_second", "per_position", "effective_draft_length", "step_latency_seconds")
+PHASE_KEYS = ("at", "engines", "restart", *PARAM_KEYS)
+SCENARIO_KEYS = ("description", "model_name", "engines", "k", "form", "output_tokens_per_request", "phases",
+                 *PARAM_KEYS)
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    drafts_per_second: float
+    per_position: tuple[float, ...]  # survival: share of drafts with >= i+1 accepted
+    effective_draft_length: float
+    step_latency_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    at: float
+    engines: tuple[int, ...] | None  # None: all
+    restart: bool
+    changes: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    model_name: str
+    engines: int
+    k: int
+    form: str  # single-process | multiprocess
+    output_tokens_per_request: int
+    params: Params
+    phases: tuple[Phase, ...]
+
+
+def _check_params(key: str, p: Params, k: int) -> Params:
+    if len(p.per_position) != k:
+        raise ConfigError(f"{key}.per_position", f"needs k={k} values, got {len(p.per_position)}")
+    if any(not 0.0 <= v <= 1.0 for v in p.per_position) or list(p.per_position) != sorted(p.per_position, reverse=True):
+        raise ConfigError(f"{key}.per_position", "must be non-increasing values in [0, 1] (a survival curve)")
+    if not sum(p.per_position) <= p.effective_draft_length <= k:
+        raise ConfigError(f"{key}.effective_draft_length",
+                          f"{p.effective_draft_length:g} must lie between sum(per_position)={sum(p.per_position):g} and k={k}")
+    if p.drafts_per_second < 0 or p.step_latency_seconds <= 0:
+        raise ConfigError(key, "drafts_per_second must be >= 0 and step_latency_seconds > 0")
+    return p
+
+
+def _float(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"{value!r} is not a number")
+    return float(value)
+
+
+def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
+    if not isinstance(data, dict):
+        raise ConfigError(name, "a scenario is a YAML mapping")
+    for key in data:
+        if key not in SCENARIO_KEYS:
+            raise ConfigError(f"{name}.{key}", f"unknown key (valid: {', '.join(SCENARIO_KEYS)})")
+    k = int(_float(f"{name}.k", data.get("k", 2)))
+    engines = int(_float(f"{name}.engines", data.get("engines", 1)))
+    if not 1 <= k <= 16 or not 1 <= engines <= 512:
+        raise ConfigError(name, "k must be 1-16 and engines 1-512")
+    form = data.get("form", "single-process")
+    if form not in ("single-process", "multiprocess"):
+        raise ConfigError(f"{name}.form", f"{form!r} is not single-process or multiprocess")
+    per_position = data.get("per_position", [0.9 ** (i + 1) for i in range(k)])
+    params = _check_params(name, Params(
+        _float(f"{name}.drafts_per_second", data.get("drafts_per_second", 50)),
+        tuple(_float(f"{name}.per_position", v) for v in per_position),
+        _float(f"{name}.effective_draft_length", data.get("effective_draft_length", k)),
+        _float(f"{name}.step_latency_seconds", data.get("step_latency_seconds", 0.03)),
+    ), k)
+    phases = []
+    for i, raw in enumerate(data.get("phases") or []):
+        key = f"{name}.phases[{i}]"
+        if not isinstance(raw, dict) or "at" not in raw:
+            raise ConfigError(key, "a phase is a mapping with at least 'at' (e.g. at: 2m)")
+        for pk in raw:
+            if pk not in PHASE_KEYS:
+                raise ConfigError(f"{key}.{pk}", f"unknown key (valid: {', '.join(PHASE_KEYS)})")
+        at = 0.0 if raw["at"] in (0, "0", "0s") else config.parse_duration(raw["at"])
+        which = raw.get("engines")
+        if which is not None and (not isinstance(which, list) or any(not 0 <= int(e) < engines for e in which)):
+            raise ConfigError(f"{key}.engines", f"must be a list of engine numbers 0..{engines - 1}")
+        changes = {pk: raw[pk] for pk in PARAM_KEYS if pk in raw}
+        if "per_position" in changes:
+            changes["per_position"] = tuple(_float(f"{key}.per_position", v) for v in changes["per_position"])
+        _check_params(key, replace(params, **changes), k)
+        phases.append(Phase(at, tuple(int(e) for e in which) if which is not None else None,
+                            bool(raw.get("restart", False)), changes))
+    return Scenario(
+        name=name, description=str(data.get("description", "")), model_name=str(data.get("model_name", "simulated")),
+        engines=engines, k=k, form=form,
+        output_tokens_per_request=int(_float(f"{name}.output_tokens_per_request", data.get("output_tokens_per_request", 512))),
+        params=params, phases=tuple(sorted(phases, key=lambda p: p.at)),
+    )
+
+
+def builtin_scenarios() -> list[str]:
+    folder = resources.files(__package__).joinpath("data/scenarios")
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(ref: str) -> Scenario:
+    """A built-in scenario name (see builtin_scenarios) or a YAML file path."""
+    if ref in builtin_scenarios():
+        text = resources.files(__package__).joinpath(f"data/scenarios/{ref}.yaml").read_text()
+        return parse_scenario(yaml.safe_load(text), ref)
+    path = Path(ref)
+    if not path.is_file():
+        raise ConfigError("--scenario", f"{ref!r} is neither a file nor one of {', '.join(builtin_scenarios())}")
+    try:
+        return parse_scenario(yaml.safe_load(path.read_text()), path.stem)
+    except yaml.YAMLError as e:
+        raise ConfigError("--scenario", f"{ref} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+@dataclass(slots=True)
+class EngineState:
+    params: Params
+    created: float
+    drafts: int = 0
+    drafts_f: float = 0.0
+    tokens_f: float = 0.0
+    pos_f: list[float] = field(default_factory=list)
+    generation_f: float = 0.0
+    steps_latency_f: float = 0.0
+    requests_f: float = 0.0
+
+    def advance(self, dt: float) -> None:
+        """Integrate dt seconds of traffic at the current parameters."""
+        if dt <= 0:
+            return
+        p = self.params
+        self.drafts_f += p.drafts_per_second * dt
+        new = math.floor(self.drafts_f) - self.drafts  # whole drafts only: integer counters
+        if new <= 0:
+            return
+        self.drafts += new
+        self.tokens_f += new * p.effective_draft_length
+        for i, s in enumerate(p.per_position):
+            self.pos_f[i] += new * s
+        self.generation_f += new * (1.0 + sum(p.per_position))
+        self.steps_latency_f += new * p.step_latency_seconds
+
+    def counters(self) -> tuple[int, int, int, list[int], int]:
+        per_pos = [math.floor(v) for v in self.pos_f]
+        return self.drafts, math.floor(self.tokens_f), sum(per_pos), per_pos, math.floor(self.generation_f)
+
+
+class Simulation:
+    """Scenario time runs at ``speed`` x the injected clock."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic, speed: float = 1.0,
+                 wall: Callable[[], float] = time.time):
+        self.scenario = scenario
+        self._clock = clock
+        self._speed = speed
+        self._wall = wall
+        self._t0 = clock()
+        self._now = 0.0
+        self._next_phase = 0
+        start_wall = wall()
+        self.engines = [self._fresh(scenario.params, start_wall) for _ in range(scenario.engines)]
+
+    def _fresh(self, params: Params, created: float) -> EngineState:
+        return EngineState(params, created, pos_f=[0.0] * self.scenario.k)
+
+    @property
+    def elapsed(self) -> float:
+        return self._now
+
+    def advance_to(self, t: float) -> None:
+        """Advance scenario time to t seconds, applying phases in order."""
+        phases = self.scenario.phases
+        while self._next_phase < len(phases) and phases[self._next_phase].at <= t:
+            phase = phases[self._next_phase]
+            self._step(phase.at)
+            for i in phase.engines if phase.engines is not None else range(len(self.engines)):
+                params = replace(self.engines[i].params, **phase.changes)
+                if phase.restart:
+                    self.engines[i] = self._fresh(params, self._wall())
+                else:
+                    self.engines[i].params = params
+            self._next_phase += 1
+        self._step(t)
+
+    def _step(self, t: float) -> None:
+        dt = t - self._now
+        if dt > 0:
+            for e in self.engines:
+                e.advance(dt)
+            self._now = t
+
+    def tick(self) -> None:
+        self.advance_to((self._clock() - self._t0) * self._speed)
+
+    def families(self) -> Iterable[Metric]:
+        s = self.scenario
+        single = s.form == "single-process"
+        labels = [config.LABEL_ENGINE, config.LABEL_MODEL]
+
+        def counter(name: str, doc: str, extra: list[str] | None = None) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, labels=[*labels, *(extra or [])])
+
+        drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ["position"])
+        generation = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        prompt = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        success = counter("vllm:request_success", "Count of successfully processed requests.", ["finished_reason"])
+        preempt = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        cache_q = counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+        cache_h = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        running = GaugeMetricFamily("vllm:num_requests_running", "Number of requests in model execution batches.", labels=labels)
+        waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=labels)
+        kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels=labels)
+        hists = {
+            "vllm:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+            "vllm:request_time_per_output_token_seconds": ("Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS),
+            "vllm:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
+            "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
+            "vllm:request_queue_time_seconds": ("Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS),
+            "vllm:request_inference_time_seconds": ("Histogram of time spent in RUNNING phase for request.", LATENCY_BUCKETS),
+            "vllm:request_prefill_time_seconds": ("Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS),
+            "vllm:request_decode_time_seconds": ("Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS),
+            "vllm:request_prompt_tokens": ("Number of prefill tokens processed.", TOKEN_BUCKETS),
+            "vllm:request_generation_tokens": ("Number of generation tokens processed.", TOKEN_BUCKETS),
+            "vllm:request_params_max_tokens": ("Histogram of the max_tokens request parameter.", TOKEN_BUCKETS),
+            "vllm:request_max_num_generation_tokens": ("Histogram of maximum number of requested generation tokens.", TOKEN_BUCKETS),
+            "vllm:iteration_tokens_total": ("Histogram of number of tokens per engine_step.", ITERATION_BUCKETS),
+        }
+        hist_families = {name: HistogramMetricFamily(name, doc, labels=labels) for name, (doc, _) in hists.items()}
+
+        for i, e in enumerate(self.engines):
+            lv = [str(i), s.model_name]
+            created = e.created if single else None
+            d, t, a, pp, g = e.counters()
+            drafts.add_metric(lv, d, created=created)
+            tokens.add_metric(lv, t, created=created)
+            accepted.add_metric(lv, a, created=created)
+            for pos, v in enumerate(pp):
+                per_pos.add_metric([*lv, str(pos)], v, created=created)
+            generation.add_metric(lv, g, created=created)
+            requests = g // max(1, s.output_tokens_per_request)
+            prompt.add_metric(lv, requests * 1024, created=created)
+            for reason, share in (("stop", 0.9), ("length", 0.1), ("abort", 0.0)):
+                success.add_metric([*lv, reason], math.floor(requests * share), created=created)
+            preempt.add_metric(lv, 0, created=created)
+            cache_q.add_metric(lv, requests * 1024, created=created)
+            cache_h.add_metric(lv, requests * 512, created=created)
+            busy = e.params.drafts_per_second > 0
+            running.add_metric(lv, 8.0 if busy else 0.0)
+            waiting.add_metric(lv, 0.0)
+            kv.add_metric(lv, 0.42 if busy else 0.0)
+            step = e.params.step_latency_seconds
+            observations = {
+                "vllm:inter_token_latency_seconds": (d, step, d * step),  # once per decode step
+                "vllm:request_time_per_output_token_seconds": (requests, step / 2, requests * step / 2),
+                "vllm:time_to_first_token_seconds": (requests, 0.2, requests * 0.2),
+                "vllm:request_prompt_tokens": (requests, 1024, requests * 1024),
+                "vllm:request_generation_tokens": (requests, s.output_tokens_per_request, g),
+                "vllm:request_params_max_tokens": (requests, 4096, requests * 4096),
+                "vllm:request_max_num_generation_tokens": (requests, 4096, requests * 4096),
+                "vllm:iteration_tokens_total": (d, 64, d * 64),
+            }
+            for name, family in hist_families.items():
+                count, value, total = observations.get(name, (requests, 20.0, requests * 20.0))
+                buckets = [(floatToGoString(b), count if value <= b else 0) for b in hists[name][1]]
+                family.add_metric(lv, [*buckets, ("+Inf", count)], total)
+                if single:
+                    family.samples.append(Sample(f"{name}_created", dict(zip(labels, lv)), e.created))
+
+        spec = [drafts, tokens, accepted, per_pos]
+        rest = [running, waiting, kv, cache_q, cache_h, preempt, prompt, generation, success, *hist_families.values()]
+        # Multiprocess mode orders families differently; the exporter must not care.
+        return [*rest, *spec] if single else [*spec, *reversed(rest)]
+
+
+class _Collector:
+    def __init__(self, simulation: Simulation):
+        self.simulation = simulation
+
+    def collect(self) -> Iterable[Metric]:
+        self.simulation.tick()
+        return self.simulation.families()
+
+
+def create_simulator_app(simulation: Simulation) -> web.Application:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(simulation))
+    if simulation.scenario.form == "single-process":
+        from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+
+        for collector in (GCCollector, PlatformCollector, ProcessCollector):
+            collector(registry=registry)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def index(request: web.Request) -> web.Response:
+        s = simulation.scenario
+        return web.Response(text=f"vLLM /metrics simulator: scenario {s.name} ({s.description}); "
+                                 f"{s.engines} engines, k={s.k}, {s.form}; t={simulation.elapsed:.0f}s. See /metrics.\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/", index)
+    return app
