@@ -131,7 +131,7 @@ class SpecDecodeCollector(Collector):
         duration = HistogramMetricFamily(f"{P}_exporter_poll_duration_seconds",
                                          "Time to fetch and parse one poll.", labels=[T])
         last = _gauge("exporter_last_success_timestamp_seconds", "Unix time of the last successful poll.", [T])
-        resets = _counter("exporter_counter_resets", "vLLM engine restarts seen as counters going down.", [T])
+        resets = _counter("exporter_engine_restarts", "vLLM engine restarts, seen as counters going down.", [T])
         violations = _counter("exporter_invariant_violations",
                               "Counter invariant violations seen in poll-to-poll increments.", [T])
         parse_errors = _counter("exporter_parse_errors", "Malformed or duplicate lines among the families read.", [T])

@@ -1,0 +1,217 @@
+"""The real exporter app against the real simulator over loopback (fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from sidecar_harness import harness, one, run, values
+
+P = "vllm_specdec"
+HEALTHY = (0.924, 0.687)
+BROKEN = (0.0357, 0.0008)
+MODEL = "deepseek-ai/DeepSeek-V4-Pro"
+
+
+def expected_al(survival) -> float:
+    return 1 + sum(survival)
+
+
+def health_state(m: dict, model: str = MODEL) -> str:
+    states = [s.labels["state"] for s in m[f"{P}_health"] if s.labels["model_name"] == model and s.value == 1.0]
+    assert len(states) == 1, states  # exactly one state set
+    assert len(values(m, f"{P}_health", model_name=model)) == 5
+    return states[0]
+
+
+def test_healthy_windows_match_the_injected_acceptance():
+    async def go():
+        async with harness("healthy") as h:
+            await h.run_for(120)
+            m = await h.metrics()
+            for window in ("1m", "5m"):
+                al = one(m, f"{P}_mean_acceptance_length", window=window)
+                assert al == pytest.approx(expected_al(HEALTHY), rel=0.01)
+                assert one(m, f"{P}_acceptance_rate", window=window) == pytest.approx(sum(HEALTHY) / 2, rel=0.01)
+                for pos, s in enumerate(HEALTHY):
+                    assert one(m, f"{P}_position_acceptance_rate", window=window, position=str(pos)) == pytest.approx(s, rel=0.01)
+                cond = one(m, f"{P}_position_conditional_acceptance_rate", window=window, position="1")
+                assert cond == pytest.approx(HEALTHY[1] / HEALTHY[0], rel=0.01)
+                assert one(m, f"{P}_effective_draft_length", window=window) == pytest.approx(2.0)
+            # 8 engines x 40 drafts/s over 60 s
+            assert one(m, f"{P}_window_drafts", window="1m") == pytest.approx(8 * 40 * 60, rel=0.02)
+            assert one(m, f"{P}_num_speculative_tokens") == 2
+            assert one(m, f"{P}_baseline_mean_acceptance_length") == 2.27
+            assert health_state(m) == "ok"
+            assert len(values(m, f"{P}_engine_mean_acceptance_length", window="1m")) == 8
+            # Normalised counters equal the simulator's own counters.
+            sim_engine0 = h.simulations[0].engines[0].counters()
+            assert one(m, f"{P}_drafts_total", engine="0") == sim_engine0[0]
+            assert one(m, f"{P}_accepted_tokens_total", engine="0") == sim_engine0[2]
+            assert one(m, f"{P}_position_accepted_tokens_total", engine="0", position="1") == sim_engine0[3][1]
+            assert one(m, f"{P}_up", target="vllm") == 1
+            assert one(m, f"{P}_exporter_polls_total", result="success") == 25
+    run(go())
+
+
+def test_collapse_is_seen_in_the_short_window_first():
+    async def go():
+        async with harness("collapse") as h:
+            await h.run_for(120)
+            assert health_state(await h.metrics()) == "ok"
+            await h.run_for(65)
+            m = await h.metrics()
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(expected_al(BROKEN), rel=0.01)
+            assert one(m, f"{P}_acceptance_rate", window="1m") == pytest.approx(sum(BROKEN) / 2, rel=0.02)
+            # The 5m window still mixes in healthy traffic: between the two.
+            assert expected_al(BROKEN) < one(m, f"{P}_mean_acceptance_length", window="5m") < expected_al(HEALTHY)
+            await h.run_for(240)
+            assert health_state(await h.metrics()) == "collapsed"
+    run(go())
+
+
+def test_collapse_is_detected_without_a_baseline_profile():
+    async def go():
+        async with harness("collapse", {"baselines": {"include_defaults": False}, "health": {"window": "1m"}}) as h:
+            await h.run_for(120)
+            m = await h.metrics()
+            assert health_state(m) == "unknown"
+            assert not values(m, f"{P}_baseline_mean_acceptance_length")
+            await h.run_for(65)
+            assert health_state(await h.metrics()) == "collapsed"
+    run(go())
+
+
+def test_degraded_against_a_user_profile():
+    profile = {"name": "strict", "model": "V4-Pro", "k": 2, "mean_acceptance_length": 3.0}
+    async def go():
+        config = {"baselines": {"profiles": [profile]}, "health": {"degraded_fraction": 0.9}}
+        async with harness("healthy", config) as h:
+            await h.run_for(60)
+            m = await h.metrics()
+            # user profiles come first: expected gain 2.0, observed 1.611 < 0.9 * 2.0
+            assert one(m, f"{P}_baseline_mean_acceptance_length", profile="strict") == 3.0
+            assert health_state(m) == "degraded"
+    run(go())
+
+
+def test_restart_mid_window_gives_no_negative_or_inflated_rate():
+    async def go():
+        async with harness("restart") as h:
+            for _ in range(36):  # 180 s across the restart at 90 s
+                await h.run_for(5)
+                m = await h.metrics()
+                for window in ("1m", "5m"):
+                    al = values(m, f"{P}_mean_acceptance_length", window=window)
+                    rate = values(m, f"{P}_acceptance_rate", window=window)
+                    drafts = one(m, f"{P}_window_drafts", window=window)
+                    assert drafts >= 0
+                    assert all(v == pytest.approx(1 + 0.85 + 0.62, rel=0.01) for v in al), (h.clock.t, al)
+                    assert all(0 <= v <= 1 for v in rate)
+            m = await h.metrics()
+            assert one(m, f"{P}_exporter_engine_restarts_total") == 2  # both engines
+            # 2 engines x 50 drafts/s: nothing double-counted. Only the 5 s between the
+            # last poll before the restart and the restart itself are lost, as they
+            # are for Prometheus: vLLM took them with it.
+            assert one(m, f"{P}_window_drafts", window="1m") == 2 * 50 * 60
+            assert one(m, f"{P}_window_drafts", window="5m") == 2 * 50 * (180 - 5)
+    run(go())
+
+
+def test_target_down_goes_up_0_at_once_and_gauges_vanish_after_staleness():
+    async def go():
+        async with harness("healthy", {"staleness": "60s"}) as h:
+            await h.run_for(60)
+            await h.stop_simulator()
+            await h.run_for(5)
+            m = await h.metrics()
+            assert one(m, f"{P}_up") == 0
+            assert one(m, f"{P}_exporter_polls_total", result="connect_error") == 1
+            assert values(m, f"{P}_mean_acceptance_length")  # within the staleness timeout
+            await h.run_for(60)
+            m = await h.metrics()
+            assert one(m, f"{P}_up") == 0
+            for family in ("mean_acceptance_length", "acceptance_rate", "position_acceptance_rate", "health",
+                           "window_drafts", "drafts_total", "engine_mean_acceptance_length"):
+                assert not values(m, f"{P}_{family}"), family
+            assert one(m, f"{P}_exporter_last_success_timestamp_seconds") > 0
+            for path in ("/healthz", "/readyz"):
+                assert (await h.get(path))[0] == 200  # probes never depend on vLLM
+    run(go())
+
+
+def test_idle_window_shows_no_ratio_gauges():
+    async def go():
+        async with harness("idle", {"health": {"window": "1m"}}) as h:
+            await h.run_for(60)
+            assert values(await h.metrics(), f"{P}_mean_acceptance_length", window="1m")
+            await h.run_for(130)
+            m = await h.metrics()
+            assert not values(m, f"{P}_mean_acceptance_length", window="1m")
+            assert not values(m, f"{P}_acceptance_rate", window="1m")
+            assert one(m, f"{P}_window_drafts", window="1m") == 0
+            assert health_state(m) == "idle"
+            # the 5m window still holds the traffic of the first minute
+            assert values(m, f"{P}_mean_acceptance_length", window="5m")
+    run(go())
+
+
+def test_one_bad_engine_stands_out():
+    async def go():
+        async with harness("bad-engine") as h:
+            await h.run_for(130)
+            m = await h.metrics()
+            per_engine = {s.labels["engine"]: s.value for s in m[f"{P}_engine_mean_acceptance_length"]
+                          if s.labels["window"] == "1m"}
+            assert per_engine["5"] == pytest.approx(expected_al(BROKEN), rel=0.01)
+            assert all(v == pytest.approx(expected_al(HEALTHY), rel=0.01) for e, v in per_engine.items() if e != "5")
+            # the aggregate is the sum of counters: 7 healthy + 1 broken engine
+            want = 1 + (7 * sum(HEALTHY) + sum(BROKEN)) / 8
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(want, rel=0.01)
+    run(go())
+
+
+def test_concurrent_scrapes_agree():
+    async def go():
+        async with harness("healthy") as h:
+            await h.run_for(30)
+            bodies = await asyncio.gather(*(h.get("/metrics") for _ in range(50)))
+            assert {b for _, b in bodies} == {bodies[0][1]}
+            assert all(status == 200 for status, _ in bodies)
+    run(go())
+
+
+def test_summary_api_and_landing_page():
+    async def go():
+        async with harness("healthy") as h:
+            await h.run_for(60)
+            status, text = await h.get("/api/v1/summary?window=1m")
+            assert status == 200
+            out = json.loads(text)
+            assert set(out) == {"models", "interval_seconds", "warnings"}
+            s = out["models"][MODEL]["all"]
+            assert s["mean_acceptance_length"] == pytest.approx(expected_al(HEALTHY), rel=0.01)
+            assert len(out["models"][MODEL]["engines"]) == 8
+            assert out["interval_seconds"] == pytest.approx(60, abs=5)
+            status, text = await h.get("/api/v1/summary?window=7m")
+            assert status == 400 and "valid: 1m, 5m, 15m, 1h" in text
+            status, page = await h.get("/")
+            assert status == 200
+            for needle in (MODEL, "health: <b>ok</b>", "position 1", "/metrics", "2.27"):
+                assert needle in page
+    run(go())
+
+
+def test_two_targets_multiprocess_and_single_process():
+    async def go():
+        async with harness(["healthy", "demo"]) as h:
+            await h.run_for(30)
+            m = await h.metrics()
+            assert sorted(values(m, f"{P}_up")) == [1, 1]
+            assert {s.labels["target"] for s in m[f"{P}_drafts_total"]} == {"t0", "t1"}
+            status, text = await h.get("/api/v1/summary?window=1m")
+            engines = json.loads(text)["models"][MODEL]["engines"]
+            assert "t0/0" in engines and "t1/7" in engines  # replicas kept apart
+    run(go())

@@ -1,0 +1,81 @@
+"""The simulator's payloads are real vLLM payloads to our parser and to prometheus_client."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import run_cli
+from vllm_specdec_exporter.adapters import extract
+from vllm_specdec_exporter.derive import invariant_violations
+from vllm_specdec_exporter.settings import ConfigError
+from vllm_specdec_exporter.simulate import Simulation, builtin_scenarios, load_scenario, parse_scenario
+from prometheus_client import CollectorRegistry, generate_latest
+
+
+def render(sim: Simulation) -> bytes:
+    class C:
+        def collect(self):
+            return sim.families()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(C())
+    return generate_latest(reg)
+
+
+@pytest.mark.parametrize("name", builtin_scenarios())
+def test_every_scenario_keeps_vllms_invariants(name):
+    sim = Simulation(load_scenario(name), clock=lambda: 0.0)
+    for t in range(0, 400, 7):
+        sim.advance_to(float(t))
+        body = render(sim)
+        snap = extract(body)
+        assert snap.warnings == ()
+        for key, counters in snap.engines.items():
+            assert invariant_violations(counters, str(key)) == []
+    # prometheus_client reads it too; single-process payloads carry _created
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert "vllm:spec_decode_num_drafts" in names
+    assert ("vllm:spec_decode_num_drafts_created" in names) == (sim.scenario.form == "single-process")
+
+
+def test_eight_engine_payload_has_the_real_shape():
+    body = render(Simulation(load_scenario("healthy"), clock=lambda: 0.0))
+    assert 250_000 < len(body) < 400_000  # a real TP=8/DP=8 endpoint: 0.30-0.36 MB
+    assert body.count(b"\n") > 2500
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"k": 2, "per_position": [0.5]}, "per_position: needs k=2 values"),
+        ({"k": 2, "per_position": [0.5, 0.7]}, "non-increasing"),
+        ({"k": 2, "per_position": [0.9, 0.8], "effective_draft_length": 1.5}, "effective_draft_length"),
+        ({"k": 2, "phases": [{"at": "1m", "per_positon": [0.1, 0.0]}]}, "phases[0].per_positon: unknown key"),
+        ({"k": 2, "engines": 2, "phases": [{"at": "1m", "engines": [4]}]}, "phases[0].engines"),
+        ({"form": "threads"}, "form"),
+    ],
+)
+def test_bad_scenarios_name_the_key(data, expected):
+    with pytest.raises(ConfigError, match=None) as e:
+        parse_scenario(data, "s")
+    assert expected in str(e.value)
+
+
+def test_simulate_lists_scenarios_and_refuses_unknown_ones():
+    proc = run_cli("simulate", "--list")
+    assert proc.returncode == 0
+    for name in ("healthy", "collapse", "restart", "idle", "bad-engine"):
+        assert name.encode() + b":" in proc.stdout
+    proc = run_cli("simulate", "--scenario", "nope")
+    assert proc.returncode == 2 and b"'nope' is neither a file nor one of" in proc.stderr
+
+
+def test_demo_runs_and_stops_cleanly():
+    proc = run_cli("demo", "--duration", "3s", "--speed", "20", "--exporter-port", "0", "--simulator-port", "0",
+                   timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode()
+    assert "exporter:  http://127.0.0.1:" in out and "/metrics" in out
+    assert "model deepseek-ai/DeepSeek-V4-Pro   k=2" in out
+    assert "position 1" in out
+    assert out.rstrip().endswith("demo stopped: simulator and exporter shut down.")
