@@ -1,11 +1,12 @@
-# Every target bootstraps its own virtual environment from a fresh clone.
+# Every target bootstraps what it needs from a fresh clone.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,17 +16,24 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## demo: the main job on a built-in default (report on a bundled 8-engine vLLM dump)
+## tools: real Prometheus and promtool (Debian package), used by the tests
+tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian prometheus (promtool)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops)
 demo: $(STAMP)
-	$(CLI) report examples/vllm-v1-dp8-k2.prom
+	$(CLI) demo
 
 ## test: every test
-test: $(STAMP)
+test: $(STAMP) tools
 	$(PY) -m pytest
 
-## bench: performance ratios, measured side by side in one run
+## bench: performance ratios and figures, measured side by side in one run
 bench: $(STAMP)
 	$(PY) bench/bench_parse.py
+	$(PY) bench/bench_sidecar.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
