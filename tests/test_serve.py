@@ -121,3 +121,13 @@ def test_promtool_check_metrics_passes_on_the_output():
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == b"" and proc.stderr.strip() == b"", proc.stdout + proc.stderr
+
+
+def test_the_documented_example_config_loads():
+    from conftest import REPO
+
+    s = load_settings({"config_file": str(REPO / "examples" / "config.yaml")}, {})
+    assert s.targets[0].method == "mtp"
+    assert s.baselines[0].name == "my-v4-pro-chat"  # user profiles before the shipped ones
+    assert {p.name for p in s.baselines} >= {"deepseek-v4-pro-mtp-k2", "deepseek-v4-flash-mtp-k2"}
+    assert [w for w, _ in s.windows] == ["1m", "5m", "15m", "1h"]
