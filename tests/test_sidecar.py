@@ -215,3 +215,19 @@ def test_two_targets_multiprocess_and_single_process():
             engines = json.loads(text)["models"][MODEL]["engines"]
             assert "t0/0" in engines and "t1/7" in engines  # replicas kept apart
     run(go())
+
+
+def test_backoff_grows_with_jitter_and_is_capped():
+    async def go():
+        async with harness("healthy", {"poll": {"interval": "2s", "max_backoff": "30s"}}) as h:
+            poller = h.pollers[0]
+            assert poller.next_delay() == 2
+            await h.stop_simulator()
+            delays = []
+            for _ in range(8):
+                await poller.poll_once()
+                delays.append([poller.next_delay() for _ in range(50)])
+            assert all(2 <= d <= 30 for ds in delays for d in ds)
+            assert max(delays[0]) <= 4 and min(delays[-1]) >= 15  # grows to the cap
+            assert len(set(delays[-1])) > 1  # jittered
+    run(go())

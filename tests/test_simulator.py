@@ -79,3 +79,26 @@ def test_demo_runs_and_stops_cleanly():
     assert "model deepseek-ai/DeepSeek-V4-Pro   k=2" in out
     assert "position 1" in out
     assert out.rstrip().endswith("demo stopped: simulator and exporter shut down.")
+
+
+def test_demo_stops_cleanly_on_ctrl_c():
+    import signal
+    import subprocess
+    import time
+
+    from conftest import cli_path
+
+    proc = subprocess.Popen([cli_path(), "demo", "--exporter-port", "0", "--simulator-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        seen = b""
+        while b"Ctrl-C stops both." not in seen and time.monotonic() < deadline:
+            seen += proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert (seen + out).rstrip().endswith(b"demo stopped: simulator and exporter shut down.")
+    assert b"Traceback" not in err
