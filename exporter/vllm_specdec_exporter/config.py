@@ -87,3 +87,46 @@ LABEL_STATE = "state"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
+
+# --- Recording rules and alerts (alerts/*.yaml are generated from these) ---
+# Windows the rules record; the key is the name suffix, the value the PromQL range.
+RULE_WINDOWS = ("5m", "30m", "1h")
+# Aggregation levels of the recording rules: (name prefix, labels summed by).
+RULE_LEVELS = (("model_name", ("model_name",)),
+               ("namespace_model_name", ("namespace", "model_name")),
+               ("namespace_pod_model_name", ("namespace", "pod", "model_name")))
+# Alerts fire per vLLM server: a collapse on one replica is a real problem even
+# when nine healthy ones would hide it in a fleet-wide ratio.
+ALERT_LEVEL = "namespace_pod_model_name"
+# Positions a generated rule covers (conditional and "last position" rules need
+# one clause per position: PromQL cannot do arithmetic on label values).
+MAX_SPECULATIVE_TOKENS = 8
+# Ratio alerts need traffic: 1 draft/s is 300 drafts in 5m (one accepted token
+# moves acceptance by 0.3 point at most), while one request decoding at 50 tok/s
+# already makes ~20 drafts/s.
+ALERT_MIN_DRAFTS_PER_SECOND = 1.0
+ALERT_MIN_GENERATION_TOKENS_PER_SECOND = 1.0
+# Collapsed: the same margin as the sidecar's health (see DEFAULT_COLLAPSE_MARGIN).
+ALERT_COLLAPSE_FOR = "10m"
+# Below baseline: the sidecar's degraded rule, held for 15m.
+ALERT_BELOW_BASELINE_FOR = "15m"
+# Dropped: the speculative gain (AL - 1) over 30m fell by more than this fraction
+# against the previous day. 0.4 is beyond the ~15 % a traffic-mix change moves it,
+# and well short of a collapse (~95 %).
+ALERT_DROP_FRACTION = 0.4
+ALERT_DROPPED_FOR = "15m"
+ALERT_NOT_DRAFTING_FOR = "10m"
+ALERT_TARGET_DOWN_FOR = "5m"
+ALERT_EXPORTER_ABSENT_FOR = "10m"
+# Wasted: the last draft position accepted in fewer than 5 % of drafts over 1h:
+# it adds < 0.05 to the acceptance length while costing a full draft token.
+ALERT_WASTED_POSITION_RATE = 0.05
+ALERT_WASTED_FOR = "30m"
+# Suspiciously high: > 98 % over 30m goes with repetition loops.
+ALERT_HIGH_ACCEPTANCE_RATE = 0.98
+ALERT_HIGH_FOR = "5m"
+ALERT_INVARIANT_FOR = "0m"
+RUNBOOK_BASE_URL = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"
+DASHBOARD_URL = ""  # optional; when set, alerts carry a dashboard_url annotation
+# Selector for the sidecar's own series in rules (e.g. 'job="vllm-specdec-exporter"').
+SIDECAR_SELECTOR = ""
