@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench venv tools clean
+.PHONY: demo test bench venv tools generate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## tools: real Prometheus and promtool (Debian package), used by the tests
+## tools: a real Prometheus 2.42, promtool, amtool (Debian packages), used by the tests
 tools:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  echo "installing Debian prometheus (promtool)"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { \
+	  echo "installing Debian prometheus and prometheus-alertmanager"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends prometheus prometheus-alertmanager >/dev/null; }
+
+## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
+generate: $(STAMP)
+	$(PY) -m vllm_specdec_exporter.rules alerts
+	$(PY) tests/promtool_cases.py
 
 ## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops)
 demo: $(STAMP)

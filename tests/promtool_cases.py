@@ -1,0 +1,355 @@
+"""promtool unit tests for the alerts, for both rule variants.
+
+The input series are built here (counters growing at hand-chosen per-minute
+rates, including the real figures of ../shared/docs/baselines.md); the expected
+alerts, labels and fully rendered annotations are written out by hand below.
+``python tests/promtool_cases.py`` writes alerts/tests/*.yaml; the test suite
+checks the committed files are current and runs ``promtool test rules`` on them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+RUNBOOK = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"
+NS = "llm"
+PRO = "deepseek-ai/DeepSeek-V4-Pro"
+FLASH = "deepseek-ai/DeepSeek-V4-Flash"
+
+NAMES = {
+    "sidecar": {"drafts": "vllm_specdec_drafts_total", "tokens": "vllm_specdec_draft_tokens_total",
+                "accepted": "vllm_specdec_accepted_tokens_total", "pos": "vllm_specdec_position_accepted_tokens_total",
+                "gen": "vllm_specdec_generation_tokens_total"},
+    "vllm-direct": {"drafts": "vllm:spec_decode_num_drafts_total", "tokens": "vllm:spec_decode_num_draft_tokens_total",
+                    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+                    "pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total", "gen": "vllm:generation_tokens_total"},
+}
+
+
+def fmt(v: float) -> str:
+    return format(round(v, 6), ".12g")
+
+
+def series(segments) -> str:
+    """promtool notation for a counter: [(per_minute, minutes) | ('restart',) | ('absent', minutes)]."""
+    out, value, first = [], 0.0, True
+    for seg in segments:
+        if seg[0] == "restart":
+            value = 0.0  # the next sample is the first minute after the restart
+            continue
+        if seg[0] == "absent":
+            out.append(f"_x{seg[1]}")
+            continue
+        rate, minutes = seg
+        if first:
+            out.append(f"{fmt(value)}+{fmt(rate)}x{minutes}")
+            value += rate * minutes
+            first = False
+        else:
+            value += rate
+            out.append(f"{fmt(value)}+{fmt(rate)}x{minutes - 1}" if minutes > 1 else fmt(value))
+            value += rate * (minutes - 1)
+    return " ".join(out)
+
+
+def mix(drafts: float, per_pos: list[float], k: int | None = None, gen: float | None = None) -> dict:
+    """Per-minute increments of one engine: drafts, and accepted counts per position."""
+    k = k or len(per_pos)
+    accepted = sum(per_pos)
+    return {"drafts": drafts, "tokens": drafts * k, "accepted": accepted, "pos": per_pos,
+            "gen": drafts + accepted if gen is None else gen}
+
+
+def deployment(variant: str, pod: str, model: str, phases, engine: str = "0", skip=()) -> list[dict]:
+    """Series of one engine through phases: [(mix, minutes) | ('restart',) | ('absent-drafts', mix, minutes)]."""
+    n = NAMES[variant]
+    labels = {"namespace": NS, "pod": pod, "model_name": model, "engine": engine,
+              "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm"}
+    if variant == "sidecar":
+        labels["target"] = "vllm"
+
+    def sel(metric: str, extra: dict | None = None) -> str:
+        body = ",".join(f'{k}="{v}"' for k, v in {**labels, **(extra or {})}.items())
+        return f"{metric}{{{body}}}"
+
+    def segs(key, index=None):
+        out = []
+        for phase in phases:
+            if phase[0] == "restart":
+                out.append(("restart",))
+                continue
+            if phase[0] == "absent-drafts":
+                _, m, minutes = phase
+                if key == "gen":
+                    out.append((m["gen"], minutes))
+                else:
+                    out.append(("absent", minutes))
+                continue
+            m, minutes = phase
+            value = m[key] if index is None else m[key][index]
+            out.append((value, minutes))
+        return out
+
+    k = max(len(p[0]["pos"]) for p in phases if p[0] not in ("restart", "absent-drafts"))
+    out = [{"series": sel(n[key]), "values": series(segs(key))}
+           for key in ("drafts", "tokens", "accepted", "gen") if key not in skip]
+    if "pos" not in skip:
+        out += [{"series": sel(n["pos"], {"position": str(i)}), "values": series(segs("pos", i))} for i in range(k)]
+    return out
+
+
+def gauge(metric: str, labels: dict, values: str) -> dict:
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{body}}}", "values": values}
+
+
+def sidecar_gauges(pod: str, model: str, k: int, baseline: float | None, profile: str | None) -> list[dict]:
+    base = {"namespace": NS, "pod": pod, "model_name": model, "job": "vllm-specdec-exporter", "target": "vllm"}
+    out = [gauge("vllm_specdec_num_speculative_tokens", base, f"{k}x300")]
+    if baseline is not None:
+        out.append(gauge("vllm_specdec_baseline_mean_acceptance_length", {**base, "profile": profile}, f"{baseline}x300"))
+    return out
+
+
+# --- The traffic mixes (per minute, one engine) ---
+PRO_HEALTHY = mix(6590, [6590 * 0.924, 6590 * 0.687])  # native V4-Pro k=2: AL 2.611
+PRO_BROKEN = mix(6590, [235, 5])  # the broken conversion: AL 1.0364, acceptance 1.82 %
+FLASH_SAMPLING_BUG = mix(1000, [149, 57])  # V4-Flash k=2 sampling bug: AL 1.206
+FLASH_MISWIRED = mix(1000, [70, 15, 5])  # V4-Flash k=3 mis-wired draft layer: AL 1.09
+BOUNDARY_FIRE = mix(1000, [90, 8])  # AL 1.098: just under 1.1
+BOUNDARY_QUIET = mix(1000, [94, 8])  # AL 1.102: just over
+IDLE_BROKEN = mix(30, [1, 0])  # 0.5 drafts/s: under the traffic floor
+FLASH_HEALTHY = mix(1000, [800, 700])  # AL 2.5
+FLASH_DIP = mix(1000, [650, 550])  # AL 2.2: a 20 % lower gain, a traffic-mix change
+FLASH_IDLE_BROKEN = mix(30, [5, 1])
+K3_WASTED = mix(1000, [900, 700, 20])  # last position 2 %
+K3_WASTED_IDLE = mix(30, [27, 21, 0.6])
+LOOP = mix(1000, [995, 985])  # 99 % acceptance
+HIGH_IDLE = mix(30, [29.85, 29.55])
+NINETY_SEVEN = mix(1000, [975, 965])  # 97 %
+
+
+def alert(name: str, severity: str, labels: dict, summary: str, description: str) -> dict:
+    return {"exp_labels": {"severity": severity, **labels},
+            "exp_annotations": {"summary": summary, "description": description,
+                                "runbook_url": f"{RUNBOOK}#{name.lower()}"}}
+
+
+def where(pod: str, model: str) -> str:
+    return f"{model} on {NS}/{pod}"
+
+
+def collapsed(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", {"namespace": NS, "pod": pod, "model_name": model},
+                 "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m (1.0 means no draft token is "
+                 f"accepted) with real traffic. Decoding still works but runs at non-speculative speed: suspect the "
+                 f"draft head (quantised conversion, loader) or draft sampling.")
+
+
+def below_baseline(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+                 "Speculative-decoding acceptance is below the baseline profile's expectation.",
+                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 75% of the speculative "
+                 f"gain its baseline profile expects (vllm_specdec_baseline_mean_acceptance_length).")
+
+
+def dropped(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeAcceptanceDropped", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+                 "Speculative-decoding acceptance fell sharply against this deployment's own history.",
+                 f"The speculative gain (mean acceptance length - 1) of {where(pod, model)} is {value} over the last "
+                 f"30m, more than 40% below its average over the previous day.")
+
+
+def not_drafting(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeNotDrafting", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+                 "vLLM generates tokens but speculative decoding has stopped drafting.",
+                 f"{where(pod, model)} generates {value} tokens/s with no drafts over 5m, although it was drafting "
+                 f"within the last day: speculative decoding is off or silently disabled.")
+
+
+def wasted(pod: str, model: str, position: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
+                 {"namespace": NS, "pod": pod, "model_name": model, "position": position},
+                 "The last speculative position is almost never accepted: a smaller k would save draft compute.",
+                 f"The last draft position (position {position}) of {where(pod, model)} was accepted in {value} of "
+                 f"drafts over 1h. Each draft still pays for it; consider num_speculative_tokens = {position}.")
+
+
+def high(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", {"namespace": NS, "pod": pod, "model_name": model},
+                 "Speculative-decoding acceptance is suspiciously close to 100 %.",
+                 f"Draft acceptance of {where(pod, model)} is {value} over 30m. Sustained acceptance this high goes "
+                 f"with repetition loops (draft and target agree on repeating text).")
+
+
+def check(eval_time: str, name: str, alerts: list[dict]) -> dict:
+    return {"eval_time": eval_time, "alertname": name, "exp_alerts": alerts}
+
+
+def group(name: str, series_: list[dict], tests: list[dict]) -> dict:
+    return {"name": name, "interval": "1m", "input_series": series_, "alert_rule_test": tests}
+
+
+def collapse_group(v: str) -> dict:
+    s = []
+    s += deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 120)])
+    s += deployment(v, "pro-broken", PRO, [(PRO_HEALTHY, 60), (PRO_BROKEN, 60)])
+    s += deployment(v, "pro-boundary-fire", PRO, [(BOUNDARY_FIRE, 120)])
+    s += deployment(v, "pro-boundary-quiet", PRO, [(BOUNDARY_QUIET, 120)])
+    s += deployment(v, "pro-idle", PRO, [(IDLE_BROKEN, 120)])
+    s += deployment(v, "pro-restart", PRO, [(PRO_HEALTHY, 40), ("restart",), (PRO_HEALTHY, 80)])
+    s += deployment(v, "flash-sampling-bug", FLASH, [(FLASH_SAMPLING_BUG, 120)])
+    s += deployment(v, "flash-miswired", FLASH, [(FLASH_MISWIRED, 120)])
+    C = "VLLMSpecDecodeAcceptanceCollapsed"
+    early = [collapsed("pro-boundary-fire", PRO, "1.098"), collapsed("flash-miswired", FLASH, "1.090")]
+    tests = [
+        check("50m", C, early),
+        check("64m", C, early),  # pro-broken: its 5m window still holds healthy minutes
+        check("80m", C, [*early, collapsed("pro-broken", PRO, "1.036")]),
+        check("115m", C, [*early, collapsed("pro-broken", PRO, "1.036")]),
+    ]
+    if v == "sidecar":
+        # Profiles: V4-Pro k=2 2.27 -> threshold 1 + 0.75 * 1.27 = 1.9525; V4-Flash k=2 2.35 -> 2.0125;
+        # no profile for V4-Flash k=3: no baseline alert for the mis-wired pod.
+        for pod in ("pro-healthy", "pro-broken", "pro-boundary-fire", "pro-boundary-quiet", "pro-idle", "pro-restart"):
+            s += sidecar_gauges(pod, PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+        s += sidecar_gauges("flash-sampling-bug", FLASH, 2, 2.35, "deepseek-v4-flash-mtp-k2")
+        s += sidecar_gauges("flash-miswired", FLASH, 3, None, None)
+        B = "VLLMSpecDecodeAcceptanceBelowBaseline"
+        steady = [below_baseline("pro-boundary-fire", PRO, "1.098"), below_baseline("pro-boundary-quiet", PRO, "1.102"),
+                  below_baseline("flash-sampling-bug", FLASH, "1.206")]
+        tests += [check("50m", B, steady), check("90m", B, [*steady, below_baseline("pro-broken", PRO, "1.036")])]
+    return group("collapse and baseline: the real broken V4-Pro head, boundaries, idle, restart", s, tests)
+
+
+def dropped_group(v: str) -> dict:
+    s = []
+    s += deployment(v, "flash-drop", FLASH, [(FLASH_HEALTHY, 180), (FLASH_SAMPLING_BUG, 60)])
+    s += deployment(v, "flash-steady-low", FLASH, [(FLASH_SAMPLING_BUG, 240)])  # no history to drop from
+    s += deployment(v, "flash-dip", FLASH, [(FLASH_HEALTHY, 180), (FLASH_DIP, 60)])
+    s += deployment(v, "flash-idle-broken", FLASH, [(FLASH_HEALTHY, 180), (FLASH_IDLE_BROKEN, 60)])
+    s += deployment(v, "flash-restart", FLASH, [(FLASH_HEALTHY, 180), ("restart",), (FLASH_HEALTHY, 60)])
+    D = "VLLMSpecDecodeAcceptanceDropped"
+    # The 30m gain falls under 0.6 x 1.5 = 0.9 once 14 broken minutes are in it (t=194m),
+    # then holds for 15m: firing from t=209m.
+    return group("dropped against the deployment's own history", s, [
+        check("170m", D, []),
+        check("200m", D, []),
+        check("215m", D, [dropped("flash-drop", FLASH, "0.206")]),
+        check("235m", D, [dropped("flash-drop", FLASH, "0.206")]),
+    ])
+
+
+def not_drafting_group(v: str) -> dict:
+    off = mix(0, [0, 0], gen=6590)
+    s = []
+    s += deployment(v, "pro-off", PRO, [(PRO_HEALTHY, 60), (off, 60)])
+    s += deployment(v, "pro-never-drafted", PRO, [(off, 120)], skip=("drafts", "tokens", "accepted", "pos"))
+    s += deployment(v, "pro-idle", PRO, [(mix(0, [0, 0], gen=0), 120)])
+    s += deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 120)])
+    N = "VLLMSpecDecodeNotDrafting"
+    firing = [not_drafting("pro-off", PRO, "109.8")]  # 6590 tokens/min
+    if v == "vllm-direct":
+        # spec decode switched off by a redeploy: the drafts families vanish, generation goes on
+        s += deployment(v, "pro-vanished", PRO, [(PRO_HEALTHY, 60), ("absent-drafts", off, 60)])
+        firing.append(not_drafting("pro-vanished", PRO, "109.8"))
+    return group("not drafting while generating", s, [
+        check("50m", N, []),
+        check("66m", N, []),  # pending, not yet firing
+        check("80m", N, firing),
+    ])
+
+
+def wasted_and_high_group(v: str) -> dict:
+    s = []
+    s += deployment(v, "pro-k3-wasted", PRO, [(K3_WASTED, 120)])
+    s += deployment(v, "pro-k3-wasted-idle", PRO, [(K3_WASTED_IDLE, 120)])
+    s += deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 120)])
+    s += deployment(v, "pro-loop", PRO, [(LOOP, 120)])
+    s += deployment(v, "pro-high-idle", PRO, [(HIGH_IDLE, 120)])
+    s += deployment(v, "pro-97", PRO, [(NINETY_SEVEN, 120)])
+    if v == "sidecar":
+        for pod, k in (("pro-k3-wasted", 3), ("pro-k3-wasted-idle", 3), ("pro-healthy", 2), ("pro-loop", 2),
+                       ("pro-high-idle", 2), ("pro-97", 2)):
+            s += sidecar_gauges(pod, PRO, k, None, None)
+    W, H = "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh"
+    return group("wasted last position and suspiciously high acceptance", s, [
+        check("20m", W, []),  # condition true, still pending (for: 30m)
+        check("60m", W, [wasted("pro-k3-wasted", PRO, "2", "2%")]),
+        check("3m", H, []),
+        check("20m", H, [high("pro-loop", PRO, "99%")]),
+    ])
+
+
+def sidecar_only_group() -> dict:
+    base = {"namespace": NS, "pod": "pro-0", "job": "vllm-specdec-exporter", "instance": "10.0.0.7:9746"}
+    s = [
+        gauge("vllm_specdec_up", {**base, "target": "vllm"}, "1x10 0x30"),
+        gauge("vllm_specdec_up", {**base, "target": "rank1"}, "1x40"),
+        gauge("vllm_specdec_exporter_build_info", {**base, "version": "0.1.0", "python_version": "3.11.7"}, "1x30 _x30"),
+        gauge("vllm_specdec_exporter_invariant_violations_total", {**base, "target": "vllm"}, "0x20 1x40"),
+    ]
+    T, A, I = "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated"
+    down = alert(T, "warning", {**base, "target": "vllm"},
+                 "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
+                 "Target vllm of the exporter at 10.0.0.7:9746 has failed its polls; see "
+                 "vllm_specdec_exporter_polls_total by result and the sidecar's log for why.")
+    absent = alert(A, "warning", {},
+                   "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
+                   "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
+                   "scraped, or its series are dropped.")
+    invariant = alert(I, "info", {**base, "target": "vllm"},
+                      "vLLM's speculative-decoding counters break their own invariants.",
+                      "The exporter at 10.0.0.7:9746 (target vllm) saw 1 invariant violations in 10m: a partial "
+                      "scrape, a parse problem or a broken producer. The figures of the affected engine are suspect.")
+    return group("sidecar health: target down, exporter absent, invariant violations", s, [
+        check("13m", T, []),  # down since 11m: pending
+        check("20m", T, [down]),
+        check("40m", A, []),  # series gone at 31m; absent after the 5m staleness, pending for 10m
+        check("50m", A, [absent]),
+        check("15m", I, []),
+        check("25m", I, [invariant]),
+        check("35m", I, []),  # no new violation in the last 10m
+    ])
+
+
+def direct_invariant_group() -> dict:
+    v = "vllm-direct"
+    bad = {"drafts": 1000, "tokens": 2000, "accepted": 3000, "pos": [1000, 1000], "gen": 4000}  # accepted > tokens
+    s = deployment(v, "pro-bad-producer", PRO, [(bad, 30)]) + deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 30)])
+    I = "VLLMSpecDecodeCounterInvariantViolated"
+    return group("direct: counters that break vLLM's invariants", s, [
+        check("20m", I, [alert(I, "info", {"namespace": NS, "pod": "pro-bad-producer", "model_name": PRO, "engine": "0"},
+                               "vLLM's speculative-decoding counters break their own invariants.",
+                               f"Engine 0 of {where('pro-bad-producer', PRO)} reports accepted tokens that exceed its "
+                               f"draft tokens or differ from the sum of its per-position counts: a partial scrape or "
+                               f"a broken producer.")]),
+    ])
+
+
+def suite(variant: str) -> dict:
+    groups = [collapse_group(variant), dropped_group(variant), not_drafting_group(variant),
+              wasted_and_high_group(variant)]
+    groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
+    rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}
+
+
+HEADER = "# Generated by tests/promtool_cases.py (input series built there, expected alerts written by hand).\n"
+
+
+def render() -> dict[str, str]:
+    return {f"{v}.yaml": HEADER + yaml.safe_dump(suite(v), sort_keys=False, width=1000) for v in NAMES}
+
+
+if __name__ == "__main__":
+    out = REPO / "alerts" / "tests"
+    out.mkdir(parents=True, exist_ok=True)
+    for filename, text in render().items():
+        (out / filename).write_text(text)
+    sys.exit(0)
