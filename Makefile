@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench venv tools generate clean
+.PHONY: demo test bench venv tools generate preview clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ tools:
 generate: $(STAMP)
 	$(PY) -m vllm_specdec_exporter.rules alerts
 	$(PY) tests/promtool_cases.py
+	$(PY) dashboards/generate.py
+
+## preview: docs/overview-preview.png from a real Prometheus run (~4 min; not a Grafana screenshot)
+preview: $(STAMP) tools
+	$(PY) dashboards/render_preview.py --live --out docs/overview-preview.png
 
 ## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops)
 demo: $(STAMP)

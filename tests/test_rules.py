@@ -3,23 +3,17 @@ to end with a real Prometheus 2.42 scraping the real exporter fed by the simulat
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import socket
 import subprocess
-import tempfile
 import time
-import urllib.parse
-import urllib.request
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 
 import promtool_cases
-from conftest import REPO, cli_path, require
+from conftest import REPO
+from prom_harness import Prom, stack, tool, wait_for
 from vllm_specdec_exporter import rules
 
 ALERTS = REPO / "alerts"
@@ -30,12 +24,6 @@ ALERT_NAMES = [
     "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
 ]
 SIDECAR_ONLY = {"VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent"}
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    require(path is not None, f"{name} (make tools installs Debian's prometheus and prometheus-alertmanager)")
-    return path
 
 
 def alerts_in(path: Path) -> dict[str, dict]:
@@ -126,96 +114,6 @@ E2E_OPTIONS = rules.Options(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-class Prom:
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
-
-    def query(self, q: str) -> list[dict]:
-        url = f"{self.base}/api/v1/query?query={urllib.parse.quote(q)}"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            out = json.load(resp)
-        assert out["status"] == "success", out
-        return out["data"]["result"]
-
-    def value(self, q: str) -> float | None:
-        result = self.query(q)
-        return float(result[0]["value"][1]) if len(result) == 1 else None
-
-
-@contextmanager
-def process(args: list[str], log: Path):
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@contextmanager
-def stack(direct: bool):
-    """Simulator, (exporter,) Prometheus with the generated rules, all on loopback."""
-    prometheus = tool("prometheus")
-    with ExitStack() as es:
-        tmp = Path(es.enter_context(tempfile.TemporaryDirectory()))
-        (tmp / "scenario.yaml").write_text(SCENARIO)
-        sim_port, exp_port, prom_port = free_port(), free_port(), free_port()
-        sim_started = time.monotonic()  # scenario time runs from here
-        es.enter_context(process([cli_path(), "simulate", "--scenario", str(tmp / "scenario.yaml"),
-                                  "--web.listen-address", f"127.0.0.1:{sim_port}"], tmp / "sim.log"))
-        target = f"127.0.0.1:{sim_port}"
-        if not direct:
-            (tmp / "exporter.yaml").write_text(yaml.safe_dump({
-                "targets": [{"url": f"http://127.0.0.1:{sim_port}/metrics"}],
-                "listen_address": f"127.0.0.1:{exp_port}", "poll": {"interval": "1s"},
-                "windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}))
-            es.enter_context(process([cli_path(), "serve", "--config.file", str(tmp / "exporter.yaml"),
-                                      "--log.format", "json"], tmp / "exporter.log"))
-            target = f"127.0.0.1:{exp_port}"
-        variant = "vllm-direct" if direct else "sidecar"
-        (tmp / "rules.yaml").write_text(rules.dump(rules.rule_file(variant, E2E_OPTIONS), ""))
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(tmp / "rules.yaml")],
-            "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": [target]}]}],
-        }))
-        wait_for(lambda: http_ok(f"http://{target}/metrics"), 30, "the scrape target")
-        es.enter_context(process([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
-                                  f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp / "prometheus.log"))
-        prom = Prom(prom_port)
-        wait_for(lambda: http_ok(f"{prom.base}/-/ready"), 30, "Prometheus to be ready")
-        yield prom, sim_started
-
-
 AL_RULE = "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
 
 
@@ -224,7 +122,15 @@ def our_alerts(prom: Prom) -> list[tuple[str, str]]:
                   for r in prom.query('ALERTS{alertname=~"VLLMSpecDecode.*"}'))
 
 
-def run_collapse(prom: Prom, started: float, direct: bool) -> None:
+def run_collapse(direct: bool) -> None:
+    variant = "vllm-direct" if direct else "sidecar"
+    exporter_config = {"windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}
+    with stack(SCENARIO, rules.dump(rules.rule_file(variant, E2E_OPTIONS), ""), sidecar=not direct,
+               exporter_config=exporter_config) as st:
+        check_collapse(st.prom, st.sim_started, direct)
+
+
+def check_collapse(prom: Prom, started: float, direct: bool) -> None:
     # Healthy phase (scenario time < 30 s): rules agree with the exporter's own
     # window gauges; nothing pending.
     wait_for(lambda: prom.value(AL_RULE), 25, "the recording rules to produce data")
@@ -252,10 +158,8 @@ def run_collapse(prom: Prom, started: float, direct: bool) -> None:
 
 
 def test_e2e_sidecar_rules_on_a_real_prometheus():
-    with stack(direct=False) as (prom, started):
-        run_collapse(prom, started, direct=False)
+    run_collapse(direct=False)
 
 
 def test_e2e_direct_rules_on_a_real_prometheus():
-    with stack(direct=True) as (prom, started):
-        run_collapse(prom, started, direct=True)
+    run_collapse(direct=True)

@@ -1,0 +1,182 @@
+"""Speculative decoding / Overview: is MTP healthy, which position broke, on which engine."""
+
+from __future__ import annotations
+
+import grafanalib.core as g
+
+from grafana import Layout, bars, finalize, stat, steps, targets, timeseries, variables
+from vllm_specdec_exporter import config as c
+from vllm_specdec_exporter.rules import name
+
+UID = "vllm-specdec-overview"
+NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
+SEL = 'namespace=~"$namespace", model_name=~"$model_name"'
+BY = "namespace, model_name"
+LEGEND = "{{model_name}}"
+P = c.PREFIX
+
+
+def rule(level: str, metric: str, op: str, extra: str = "") -> str:
+    return f"{name(level, metric, op)}{{{SEL}{', ' + extra if extra else ''}}}"
+
+
+def ratio(metric: str, level: str = NS, extra: str = "") -> str:
+    return rule(level, metric, "ratio_rate$window", extra)
+
+
+def rate(metric: str, level: str = NS) -> str:
+    return rule(level, metric, "rate$window")
+
+
+AL_STEPS = steps((None, "red"), (1 + c.DEFAULT_COLLAPSE_MARGIN, "orange"), (1.5, "green"))
+RATE_STEPS = steps((None, "red"), (0.05, "orange"), (0.4, "green"))
+NEUTRAL = steps((None, "blue"))
+K = f"max by ({BY}) ({rule(POD, 'num_speculative_tokens', 'max')})"
+BASELINE = f"max by ({BY}) ({P}_baseline_mean_acceptance_length{{{SEL}}})"
+HEALTH_COLOURS = {"ok": "green", "degraded": "orange", "collapsed": "red", "idle": "blue", "unknown": "text"}
+
+
+def dashboard() -> dict:
+    lay = Layout()
+    lay.row("Health now")
+    lay.add(stat(
+        "Health", "Speculative-decoding health per model over the exporter's health window (sidecar only): ok, "
+        "degraded (below the baseline profile), collapsed (acceptance length near 1.0), idle (too few drafts) or "
+        "unknown (no profile). Bad: collapsed or degraded.",
+        targets((f"max by ({BY}, state) ({P}_health{{{SEL}}} == 1)", "{{model_name}}: {{state}}"), instant=True),
+        "none", NEUTRAL, text_mode="name"), 6, 5)
+    lay.add(stat(
+        "Mean acceptance length", "Tokens per decode step: 1 + accepted / drafts, summed over engines, over $window. "
+        "Healthy DeepSeek-V4 MTP k=2: 2.3 to 2.6. Bad: near 1.0 (drafts never accepted).",
+        targets((ratio("mean_acceptance_length"), LEGEND)), "none", AL_STEPS, decimals=3), 5, 5)
+    lay.add(stat(
+        "Acceptance rate", "Accepted / proposed draft tokens over $window. Healthy V4-Pro MTP k=2: about 80 %. "
+        "Bad: a few percent.", targets((ratio("acceptance_rate"), LEGEND)), "percentunit", RATE_STEPS,
+        decimals=1), 5, 5)
+    lay.add(stat(
+        "k and effective draft length", "k (speculative tokens, from the position series) and draft tokens per "
+        "draft over $window; the effective length is below k when drafts get trimmed. Bad: k not what you deployed.",
+        targets((K, "k {{model_name}}"), (ratio("effective_draft_length"), "effective {{model_name}}")),
+        "none", NEUTRAL, decimals=2), 4, 5)
+    lay.add(stat(
+        "Output from drafts", "Share of generated tokens that were accepted draft tokens (accepted / generation "
+        "tokens) over $window: the work speculation saved. Bad: falling towards 0.",
+        targets((ratio("draft_token_share"), LEGEND)), "percentunit", RATE_STEPS, decimals=1), 4, 5)
+
+    lay.row("Acceptance over time")
+    al_vs_baseline = timeseries(
+        "Mean acceptance length vs baseline and ceiling: $model_name",
+        "Acceptance length over $window against the matched baseline profile (sidecar only; the band reaches down "
+        "to the degraded threshold) and the ceiling k+1. One panel per model. Bad: leaving the band, or near 1.0.",
+        targets((ratio("mean_acceptance_length"), "acceptance length"),
+                (BASELINE, "baseline"),
+                (f"1 + {c.DEFAULT_DEGRADED_FRACTION:g} * ({BASELINE} - 1)", "degraded below"),
+                (f"{K} + 1", "ceiling k+1")),
+        "none", min_=1,
+        overrides=[{"matcher": {"id": "byName", "options": "baseline"},
+                    "properties": [{"id": "custom.fillBelowTo", "value": "degraded below"},
+                                   {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                                   {"id": "color", "value": {"mode": "fixed", "fixedColor": "green"}}]},
+                   {"matcher": {"id": "byName", "options": "degraded below"},
+                    "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}]},
+                   {"matcher": {"id": "byName", "options": "ceiling k+1"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}},
+                                   {"id": "color", "value": {"mode": "fixed", "fixedColor": "text"}}]}])
+    # One copy per selected model, so the band's series names are fixed.
+    al_vs_baseline.extraJson = {"repeat": "model_name", "repeatDirection": "h", "maxPerRow": 2}
+    lay.add(al_vs_baseline, 12, 9)
+    lay.add(timeseries(
+        "Acceptance rate", "Accepted / proposed draft tokens over $window per model. Healthy: tens of percent. "
+        "Bad: a collapse to a few percent, or above 98 % (repetition loops).",
+        targets((ratio("acceptance_rate"), LEGEND)), "percentunit", min_=0, max_=1), 12, 9)
+
+    lay.row("Per position")
+    lay.add(bars(
+        "Per-position acceptance now", "Share of drafts with at least position+1 tokens accepted (a survival curve; "
+        "it adds exactly that much to the acceptance length) over $window. Bad: position 0 near zero.",
+        targets((ratio("position_acceptance_rate"), "{{model_name}} position {{position}}"), instant=True),
+        "percentunit", RATE_STEPS), 6, 8)
+    lay.add(bars(
+        "Conditional acceptance now", "Acceptance at a position given the previous one was accepted, over $window: "
+        "shows which position got worse. Bad: one position far below the others.",
+        targets((ratio("position_conditional_acceptance_rate"), "{{model_name}} position {{position}}"), instant=True),
+        "percentunit", RATE_STEPS), 6, 8)
+    lay.add(timeseries(
+        "Per-position acceptance", "Survival per position over $window. Bad: position 0 collapsing; a last "
+        "position that stays under 5 % wastes draft compute (a smaller k would do).",
+        targets((ratio("position_acceptance_rate"), "{{model_name}} position {{position}}")), "percentunit",
+        min_=0, max_=1), 6, 8)
+    lay.add(timeseries(
+        "Conditional acceptance", "Conditional acceptance per position over $window. Bad: a step down at one "
+        "position while the others hold.",
+        targets((ratio("position_conditional_acceptance_rate"), "{{model_name}} position {{position}}")),
+        "percentunit", min_=0, max_=1), 6, 8)
+
+    lay.row("Throughput")
+    lay.add(timeseries(
+        "Drafted, accepted and rejected tokens", "Draft tokens proposed, accepted and rejected per second over "
+        "$window. Bad: rejected close to drafted (compute spent for nothing).",
+        targets((rate("draft_tokens"), "drafted {{model_name}}"), (rate("accepted_tokens"), "accepted {{model_name}}"),
+                (f"{rate('draft_tokens')} - {rate('accepted_tokens')}", "rejected {{model_name}}")),
+        "short", min_=0), 12, 8)
+    lay.add(timeseries(
+        "Drafts and generated tokens", "Verification steps with a draft and generated tokens per second over "
+        "$window. Bad: generated tokens with no drafts (speculative decoding off).",
+        targets((rate("drafts"), "drafts {{model_name}}"), (rate("generation_tokens"), "generated {{model_name}}")),
+        "short", min_=0), 12, 8)
+
+    lay.row("Engines")
+    per_engine = rule(ENG, "mean_acceptance_length", "ratio_rate$window", 'engine=~"$engine"')
+    lay.add(timeseries(
+        "Mean acceptance length per engine", "Per data-parallel engine (rank) of each pod, over $window. "
+        "Bad: one rank standing out below the others.",
+        targets((per_engine, "{{pod}} engine {{engine}}")), "none", min_=1), 14, 9)
+    lay.add(bars(
+        "Acceptance length per engine now", "Per engine over $window, lowest first. Bad: one engine far below the rest.",
+        targets((f"sort({per_engine})", "{{pod}} engine {{engine}}"), instant=True), "none", AL_STEPS,
+        max_=c.MAX_SPECULATIVE_TOKENS + 1), 10, 9)
+
+    itl = "vllm:inter_token_latency_seconds"
+    isel = SEL
+    step_mean = (f"sum by ({BY}) (rate({itl}_sum{{{isel}}}[$window])) / "
+                 f"sum by ({BY}) (rate({itl}_count{{{isel}}}[$window]))")
+    step_p99 = f"histogram_quantile(0.99, sum by ({BY}, le) (rate({itl}_bucket{{{isel}}}[$window])))"
+    lay.row("Latency (needs vLLM's own /metrics scraped)")
+    lay.add(timeseries(
+        "Inter-token latency per decode step", "vLLM's inter-token latency is observed once per decode step, so "
+        "with speculative decoding it times steps, not tokens: mean and p99 over $window. Bad: rising while "
+        "acceptance falls.",
+        targets((step_mean, "mean step {{model_name}}"), (step_p99, "p99 step {{model_name}}")), "s", min_=0), 12, 8)
+    lay.add(timeseries(
+        "Latency per output token", "Mean step latency divided by the mean acceptance length: the time each "
+        "output token really costs. Bad: approaching the step latency (acceptance length near 1).",
+        targets((f"({step_mean}) / on({BY}) ({ratio('mean_acceptance_length')})", "per token {{model_name}}"),
+                (step_mean, "per step {{model_name}}")), "s", min_=0), 12, 8)
+
+    return finalize(g.Dashboard(
+        title="Speculative decoding / Overview", uid=UID,
+        description="Speculative-decoding (MTP, EAGLE, ...) acceptance on vLLM, from vllm-specdec-exporter's "
+                    "recording rules (sidecar or vLLM-direct variant).",
+        tags=["vllm", "speculative-decoding", "mtp"], timezone="browser", refresh="30s",
+        time=g.Time("now-3h", "now"), panels=lay.panels, graphTooltip=1,
+        templating=variables(
+            g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
+                       allValue=".*", default="$__all",
+                       query=f"label_values({name(NS, 'drafts', 'rate5m')}, namespace)"),
+            g.Template(name="model_name", label="Model", dataSource="${datasource}", includeAll=True, multi=True,
+                       allValue=".*", default="$__all",
+                       query=f'label_values({name(NS, "drafts", "rate5m")}{{namespace=~"$namespace"}}, model_name)'),
+            g.Template(name="engine", label="Engine", dataSource="${datasource}", includeAll=True, multi=True,
+                       allValue=".*", default="$__all",
+                       query=f'label_values({name(ENG, "drafts", "rate5m")}{{{SEL}}}, engine)'),
+            g.Template(name="window", label="Window", type="custom", query=",".join(c.RULE_WINDOWS),
+                       default=c.RULE_WINDOWS[0]),
+        ),
+        annotations=g.Annotations(list=[{
+            "name": "Firing speculative-decoding alerts", "enable": True, "iconColor": "red",
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "expr": f'ALERTS{{alertname=~"VLLMSpecDecode.*", alertstate="firing", {SEL}}}',
+            "titleFormat": "{{alertname}}", "textFormat": "{{model_name}} {{pod}}", "step": "60s",
+            "useValueForTime": False,
+        }]),
+    ))
