@@ -29,7 +29,7 @@ generate: $(STAMP)
 	$(PY) tests/promtool_cases.py
 	$(PY) dashboards/generate.py
 
-## preview: docs/overview-preview.png from a real Prometheus run (~4 min; not a Grafana screenshot)
+## preview: docs/overview-preview.png from a real Prometheus run (~12 min; not a Grafana screenshot)
 preview: $(STAMP) tools
 	$(PY) dashboards/render_preview.py --live --out docs/overview-preview.png
 

@@ -6,13 +6,14 @@ variables substituted) against a Prometheus over a time range and plots them
 with matplotlib.
 
     python dashboards/render_preview.py --prometheus http://127.0.0.1:9090 --start T0 --end T1 --out docs/overview-preview.png
-    python dashboards/render_preview.py --live --out docs/overview-preview.png   # runs its own stack (~4 min)
+    python dashboards/render_preview.py --live --out docs/overview-preview.png   # runs its own stack (~12 min)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import urllib.parse
@@ -47,10 +48,9 @@ def query_range(base: str, expr: str, start: float, end: float, step: float) -> 
 
 
 def legend(fmt: str, labels: dict) -> str:
-    out = fmt
-    for k, v in labels.items():
-        out = out.replace("{{" + k + "}}", v)
-    return out.strip() or ",".join(f"{k}={v}" for k, v in labels.items())
+    """Grafana's legend templating: {{label}}, empty when the series lacks the label."""
+    out = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
+    return " ".join(out.split()) or ",".join(f"{k}={v}" for k, v in labels.items())
 
 
 def render(base: str, start: float, end: float, out: Path, step: float = 5.0) -> None:
@@ -84,18 +84,21 @@ def render(base: str, start: float, end: float, out: Path, step: float = 5.0) ->
     fig.savefig(out, dpi=90)
 
 
+# The first 5 minutes only fill the recording rules' 5m window (a shorter run
+# shows Prometheus's partial-window rates); the plot starts after them.
+WARM_UP = 300.0
 LIVE_SCENARIO = """
-description: preview -- healthy, engine 5 breaks at 90s, all engines collapse at 150s
+description: preview -- healthy, engine 5 breaks at 6m, every engine collapses at 8m
 model_name: deepseek-ai/DeepSeek-V4-Pro
 engines: 8
 k: 2
 drafts_per_second: 40
 per_position: [0.924, 0.687]
 phases:
-  - at: 90s
+  - at: 6m
     engines: [5]
     per_position: [0.0357, 0.0008]
-  - at: 150s
+  - at: 8m
     per_position: [0.0357, 0.0008]
 """
 
@@ -107,8 +110,8 @@ def live(out: Path, seconds: float) -> None:
     rules_text = (HERE.parent / "alerts" / "rules.yaml").read_text()
     with stack(LIVE_SCENARIO, rules_text, scrape_simulator=True) as st:
         start = time.time()
-        time.sleep(seconds)
-        render(st.prom.base, start, time.time(), out)
+        time.sleep(WARM_UP + seconds)
+        render(st.prom.base, start + WARM_UP, time.time(), out)
 
 
 def main() -> int:
@@ -117,7 +120,7 @@ def main() -> int:
     parser.add_argument("--start", type=float)
     parser.add_argument("--end", type=float)
     parser.add_argument("--live", action="store_true", help="run simulator + exporter + Prometheus, then render")
-    parser.add_argument("--seconds", type=float, default=240)
+    parser.add_argument("--seconds", type=float, default=420, help="plotted time after the 5 min warm-up")
     parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "overview-preview.png")
     args = parser.parse_args()
     if args.live:

@@ -154,15 +154,15 @@ def collapsed(pod: str, model: str, value: str) -> dict:
 def below_baseline(pod: str, model: str, value: str) -> dict:
     return alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", {"namespace": NS, "pod": pod, "model_name": model},
                  "Speculative-decoding acceptance is below the baseline profile's expectation.",
-                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 75% of the speculative "
-                 f"gain its baseline profile expects (vllm_specdec_baseline_mean_acceptance_length).")
+                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 1 + 0.75 x (baseline - 1) "
+                 f"for its baseline profile (vllm_specdec_baseline_mean_acceptance_length).")
 
 
 def dropped(pod: str, model: str, value: str) -> dict:
     return alert("VLLMSpecDecodeAcceptanceDropped", "warning", {"namespace": NS, "pod": pod, "model_name": model},
                  "Speculative-decoding acceptance fell sharply against this deployment's own history.",
                  f"The speculative gain (mean acceptance length - 1) of {where(pod, model)} is {value} over the last "
-                 f"30m, more than 40% below its average over the previous day.")
+                 f"30m, below 0.6 x its average over the previous day.")
 
 
 def not_drafting(pod: str, model: str, value: str) -> dict:

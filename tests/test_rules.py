@@ -110,7 +110,7 @@ HEALTHY_AL = 1 + 0.924 + 0.687
 E2E_OPTIONS = rules.Options(
     ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
     fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s"},
-    day_range="60s", drop_offset="16s",
+    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s",
 )
 
 

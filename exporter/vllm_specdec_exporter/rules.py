@@ -54,12 +54,26 @@ def by(labels) -> str:
     return ", ".join(labels)
 
 
+# The one threshold in each alert's expression a deployment may override (the Helm
+# chart's prometheusRule.alerts.<name>.threshold). Dropped's is the fraction of the
+# previous day's gain below which it fires (1 - ALERT_DROP_FRACTION).
+THRESHOLDS = {
+    "VLLMSpecDecodeAcceptanceCollapsed": 1 + c.DEFAULT_COLLAPSE_MARGIN,
+    "VLLMSpecDecodeAcceptanceBelowBaseline": c.DEFAULT_DEGRADED_FRACTION,
+    "VLLMSpecDecodeAcceptanceDropped": 1 - c.ALERT_DROP_FRACTION,
+    "VLLMSpecDecodeNotDrafting": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
+    "VLLMSpecDecodeSpeculativeTokensWasted": c.ALERT_WASTED_POSITION_RATE,
+    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": c.ALERT_HIGH_ACCEPTANCE_RATE,
+}
+
+
 @dataclass(frozen=True)
 class Options:
     """What a deployment may change without touching the expressions' shape."""
 
     ranges: dict[str, str]  # window name -> PromQL range (tests shrink them)
     fors: dict[str, str]  # alert -> for
+    thresholds: dict[str, str]  # alert -> threshold literal (the chart passes a placeholder)
     runbook_base: str = c.RUNBOOK_BASE_URL
     dashboard_url: str = c.DASHBOARD_URL
     sidecar_selector: str = c.SIDECAR_SELECTOR
@@ -81,7 +95,8 @@ DEFAULT_FORS = {
 
 
 def default_options() -> Options:
-    return Options(ranges={w: w for w in c.RULE_WINDOWS}, fors=dict(DEFAULT_FORS))
+    return Options(ranges={w: w for w in c.RULE_WINDOWS}, fors=dict(DEFAULT_FORS),
+                   thresholds={a: f"{v:g}" for a, v in THRESHOLDS.items()})
 
 
 def recording_rules(src: Source, o: Options) -> list[dict]:
@@ -171,8 +186,9 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
             "annotations": _annotations(alertname, summary, description, o),
         })
 
+    t = o.thresholds
     alert("VLLMSpecDecodeAcceptanceCollapsed", "critical",
-          f"{al5} < {1 + c.DEFAULT_COLLAPSE_MARGIN:g}\nand {on} {d5} > {floor:g}",
+          f"{al5} < {t['VLLMSpecDecodeAcceptanceCollapsed']}\nand {on} {d5} > {floor:g}",
           "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
           f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over 5m (1.0 means no draft "
           f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
@@ -180,23 +196,24 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
     if src is SIDECAR:
         baseline = f"max by ({by(ALERT_BY)}) ({P}_baseline_mean_acceptance_length{_sel(o)})"
         alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning",
-              f"{al5}\n  < {on} 1 + {c.DEFAULT_DEGRADED_FRACTION:g} * ({baseline} - 1)\nand {on} {d5} > {floor:g}",
+              f"{al5}\n  < {on} 1 + {t['VLLMSpecDecodeAcceptanceBelowBaseline']} * ({baseline} - 1)\n"
+              f"and {on} {d5} > {floor:g}",
               "Speculative-decoding acceptance is below the baseline profile's expectation.",
               f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over 5m, below "
-              f"{c.DEFAULT_DEGRADED_FRACTION:.0%} of the speculative gain its baseline profile expects "
+              f"1 + {t['VLLMSpecDecodeAcceptanceBelowBaseline']} x (baseline - 1) for its baseline profile "
               f"(vllm_specdec_baseline_mean_acceptance_length).")
     al30, d30 = name(L, "mean_acceptance_length", "ratio_rate30m"), name(L, "drafts", "rate30m")
     al1d, d1d = name(L, "mean_acceptance_length", "ratio_rate1d"), name(L, "drafts", "rate1d")
-    keep = 1 - c.ALERT_DROP_FRACTION
+    keep = t["VLLMSpecDecodeAcceptanceDropped"]
     alert("VLLMSpecDecodeAcceptanceDropped", "warning",
-          f"({al30} - 1)\n  < {on} {keep:g} * ({al1d} offset {o.drop_offset} - 1)\n"
+          f"({al30} - 1)\n  < {on} {keep} * ({al1d} offset {o.drop_offset} - 1)\n"
           f"and {on} {d30} > {floor:g}\nand {on} {d1d} offset {o.drop_offset} > {floor:g}",
           "Speculative-decoding acceptance fell sharply against this deployment's own history.",
           f"The speculative gain (mean acceptance length - 1) of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} "
-          f"over the last 30m, more than {c.ALERT_DROP_FRACTION:.0%} below its average over the previous day.")
+          f"over the last 30m, below {keep} x its average over the previous day.")
     g5 = name(L, "generation_tokens", "rate5m")
     alert("VLLMSpecDecodeNotDrafting", "warning",
-          f"{g5} > {c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND:g}\nunless {on} {d5} > 0\n"
+          f"{g5} > {t['VLLMSpecDecodeNotDrafting']}\nunless {on} {d5} > 0\n"
           f"and {on} max_over_time({name(L, 'drafts', 'rate1h')}[{o.day_range}]) > {floor:g}",
           "vLLM generates tokens but speculative decoding has stopped drafting.",
           f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over 5m, although it was "
@@ -229,7 +246,7 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
               f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
     pos1h = name(L, "position_acceptance_rate", "ratio_rate1h")
     k = name(L, "num_speculative_tokens", "max")
-    clauses = [f'({pos1h}{{position="{i}"}} < {c.ALERT_WASTED_POSITION_RATE:g} and {on} {k} == {i + 1})'
+    clauses = [f'({pos1h}{{position="{i}"}} < {t["VLLMSpecDecodeSpeculativeTokensWasted"]} and {on} {k} == {i + 1})'
                for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
     alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
           "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {on} {name(L, 'drafts', 'rate1h')} > {floor:g}",
@@ -239,7 +256,7 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
           f"num_speculative_tokens = {{{{ $labels.position }}}}.")
     rate30 = name(L, "acceptance_rate", "ratio_rate30m")
     alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info",
-          f"{rate30} > {c.ALERT_HIGH_ACCEPTANCE_RATE:g}\nand {on} {d30} > {floor:g}",
+          f"{rate30} > {t['VLLMSpecDecodeAcceptanceSuspiciouslyHigh']}\nand {on} {d30} > {floor:g}",
           "Speculative-decoding acceptance is suspiciously close to 100 %.",
           f"Draft acceptance of {WHERE} is {{{{ $value | humanizePercentage }}}} over 30m. Sustained acceptance "
           f"this high goes with repetition loops (draft and target agree on repeating text).")
