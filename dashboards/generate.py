@@ -16,6 +16,8 @@ import exporter  # noqa: E402
 import overview  # noqa: E402
 
 DASHBOARDS = {f"{overview.UID}.json": overview.dashboard, f"{exporter.UID}.json": exporter.dashboard}
+# The Helm chart ships byte-identical copies (its ConfigMaps read them with .Files.Get).
+CHART_COPY = HERE.parent / "helm" / "vllm-specdec-exporter" / "files" / "dashboards"
 
 
 def render() -> dict[str, str]:
@@ -25,12 +27,13 @@ def render() -> dict[str, str]:
 def main(argv: list[str]) -> int:
     stale = []
     for filename, text in render().items():
-        path = HERE / filename
-        if "--check" in argv:
-            if not path.exists() or path.read_text() != text:
-                stale.append(filename)
-        else:
-            path.write_text(text)
+        for path in (HERE / filename, CHART_COPY / filename):
+            if "--check" in argv:
+                if not path.exists() or path.read_text() != text:
+                    stale.append(str(path.relative_to(HERE.parent)))
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
     if stale:
         print(f"out of date (run make generate): {', '.join(stale)}", file=sys.stderr)
         return 1

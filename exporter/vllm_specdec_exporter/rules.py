@@ -296,21 +296,46 @@ def render_all(o: Options | None = None) -> dict[str, str]:
     return {FILES[v]: dump(rule_file(v, o), HEADER + f"# Variant: {v}.\n") for v in VARIANTS}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.rules")
-    parser.add_argument("out_dir", nargs="?", default="alerts")
-    parser.add_argument("--check", action="store_true", help="fail if the committed files differ")
-    args = parser.parse_args(argv)
-    out = Path(args.out_dir)
+# The Helm chart's copies carry placeholders its template fills from values
+# (prometheusRule.alerts.<name>.threshold, prometheusRule.runbookUrl).
+THRESHOLD_PLACEHOLDER = "__THRESHOLD__"
+RUNBOOK_PLACEHOLDER = "__RUNBOOK_BASE__"
+
+
+def render_chart_files() -> dict[str, str]:
+    """files/ of the Helm chart: both rule variants with placeholders, and the defaults they stand for."""
+    o = default_options()
+    chart = Options(ranges=o.ranges, fors=o.fors, thresholds={a: THRESHOLD_PLACEHOLDER for a in THRESHOLDS},
+                    runbook_base=RUNBOOK_PLACEHOLDER, dashboard_url="")
+    header = HEADER + "# Helm chart copy: __THRESHOLD__ and __RUNBOOK_BASE__ are filled by templates/prometheusrule.yaml.\n"
+    out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
+    defaults = {"runbookBase": o.runbook_base, "thresholds": {a: float(v) for a, v in o.thresholds.items()}}
+    out["rule-defaults.yaml"] = dump(defaults, HEADER)
+    return out
+
+
+def write_or_check(files: dict[str, str], out: Path, check: bool) -> list[str]:
     stale = []
-    for filename, text in render_all().items():
+    for filename, text in files.items():
         path = out / filename
-        if args.check:
+        if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path))
         else:
-            out.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.rules")
+    parser.add_argument("out_dir", nargs="?", default="alerts")
+    parser.add_argument("--chart-files", help="also write the Helm chart's copies into this folder")
+    parser.add_argument("--check", action="store_true", help="fail if the committed files differ")
+    args = parser.parse_args(argv)
+    stale = write_or_check(render_all(), Path(args.out_dir), args.check)
+    if args.chart_files:
+        stale += write_or_check(render_chart_files(), Path(args.chart_files), args.check)
     if stale:
         print(f"out of date (run make generate): {', '.join(stale)}", file=sys.stderr)
         return 1

@@ -1,0 +1,309 @@
+"""The Helm chart with real helm (from npm, see .ci/tools), kubernetes-validate,
+promtool; the example manifests; and the image's command line from a real wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, require
+from prom_harness import free_port, http_ok, tool, wait_for
+from vllm_specdec_exporter import config as cfg
+from vllm_specdec_exporter.rules import VARIANTS
+from vllm_specdec_exporter.settings import build_settings
+
+CHART = REPO / "helm" / "vllm-specdec-exporter"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+HELM = REPO / ".tools" / "helm" / "helm"
+CRDS = ("--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
+
+
+def helm(*args: str, cwd: Path = CHART, check: bool = True) -> subprocess.CompletedProcess:
+    require(HELM.exists(), f"{HELM} (make tools fetches helm from npm)")
+    env = {**os.environ, **{f"HELM_{k}_HOME": str(REPO / ".tools" / f"helm-{k.lower()}") for k in ("CACHE", "CONFIG", "DATA")}}
+    proc = subprocess.run([str(HELM), *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def render(*args: str) -> list[dict]:
+    out = helm("template", "rel", ".", "--namespace", "llm", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint_strict():
+    for values in [None, *CI_VALUES]:
+        proc = helm("lint", "--strict", ".", *(["-f", str(values)] if values else []))
+        assert "0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+@pytest.mark.parametrize("k8s", ["1.30.0", "1.37.0"])
+def test_rendered_output_validates(values, k8s, tmp_path):
+    out = tmp_path / "out.yaml"
+    out.write_text(helm("template", "rel", ".", "-f", str(values), "--namespace", "llm").stdout)
+    exe = Path(sys.executable).parent / "kubernetes-validate"
+    proc = subprocess.run([str(exe), "--strict", "--quiet", "-k", k8s, str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # kubernetes-validate knows no CRDs: it may only warn about those.
+    for line in (proc.stdout + proc.stderr).splitlines():
+        assert "monitoring.coreos.com" in line, line
+
+
+def test_crds_only_when_the_api_exists_or_forced():
+    on = ["--set", "podMonitor.enabled=true", "--set", "podMonitor.selector.app=vllm", "--set",
+          "prometheusRule.enabled=true"]
+    assert not by_kind(render(*on), "PodMonitor") and not by_kind(render(*on), "PrometheusRule")
+    with_api = render(*on, *CRDS)
+    assert by_kind(with_api, "PodMonitor") and by_kind(with_api, "PrometheusRule")
+    forced = render(*on, "--set", "podMonitor.force=true", "--set", "prometheusRule.force=true")
+    assert by_kind(forced, "PodMonitor") and by_kind(forced, "PrometheusRule")
+    assert {d["kind"] for d in render()} == {"ConfigMap"}  # defaults: only the exporter config
+
+
+def container(docs: list[dict]) -> dict:
+    (deploy,) = by_kind(docs, "Deployment")
+    (c,) = [c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm-specdec-exporter"]
+    return c
+
+
+def test_standalone_container_probes_ports_security_and_args():
+    docs = render("-f", str(CHART / "ci" / "standalone-values.yaml"), *CRDS)
+    c = container(docs)
+    assert c["args"] == ["serve", "--config.file=/etc/vllm-specdec-exporter/config.yaml", "--web.listen-address=:9746"]
+    assert c["ports"] == [{"name": "specdec-metrics", "containerPort": 9746, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "specdec-metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "specdec-metrics"}
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c["resources"]["requests"] == {"cpu": "10m", "memory": "48Mi"}
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    (svc,) = by_kind(docs, "Service")
+    (sm,) = by_kind(docs, "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"] == "specdec-metrics"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    # the config the container reads is valid for the exporter itself
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-config")]
+    settings = build_settings(yaml.safe_load(cm["data"]["config.yaml"]), {})
+    assert [t.name for t in settings.targets] == ["rank0", "rank1"] and settings.listen_port == 9746
+    for d in docs:
+        labels = d["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "vllm-specdec-exporter"
+        assert labels["app.kubernetes.io/instance"] == "rel" and labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_podmonitor_selects_the_sidecar_port_of_the_vllm_pods():
+    docs = render("-f", str(CHART / "ci" / "sidecar-values.yaml"))
+    (pm,) = by_kind(docs, "PodMonitor")
+    assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm-deepseek-v4"}
+    assert [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == ["specdec-metrics", "http"]
+    proc = helm("template", "rel", ".", "--set", "podMonitor.enabled=true", "--set", "podMonitor.force=true", check=False)
+    assert proc.returncode != 0 and "podMonitor.selector: the labels of the vLLM pods" in proc.stderr
+
+
+def rule_spec(*args: str) -> dict:
+    docs = render("--set", "prometheusRule.enabled=true", "--set", "prometheusRule.force=true", *args)
+    (rule,) = by_kind(docs, "PrometheusRule")
+    return rule["spec"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_prometheusrule_equals_the_committed_rules_and_passes_promtool(variant, tmp_path):
+    spec = rule_spec("--set", f"prometheusRule.variant={variant}")
+    committed = yaml.safe_load((REPO / "alerts" / ("rules.yaml" if variant == "sidecar" else "rules-vllm-direct.yaml")).read_text())
+    assert spec == committed
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    proc = subprocess.run([tool("promtool"), "check", "rules", str(tmp_path / "spec.yaml")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_alert_overrides_disable_threshold_for_and_runbook(tmp_path):
+    spec = rule_spec("-f", str(CHART / "ci" / "all-enabled-values.yaml"))
+    alerts = {r["alert"]: r for g in spec["groups"] for r in g["rules"] if "alert" in r}
+    assert "VLLMSpecDecodeAcceptanceSuspiciouslyHigh" not in alerts  # disabled
+    collapsed = alerts["VLLMSpecDecodeAcceptanceCollapsed"]
+    assert "ratio_rate5m < 1.05\n" in collapsed["expr"] and collapsed["for"] == "5m"
+    assert collapsed["annotations"]["runbook_url"] == \
+        "https://runbooks.example.com/vllm-specdec.md#vllmspecdecodeacceptancecollapsed"
+    assert collapsed["annotations"]["dashboard_url"] == "https://grafana.example.com/d/vllm-specdec-overview"
+    below = alerts["VLLMSpecDecodeAcceptanceBelowBaseline"]
+    assert "1 + 0.75 * (" in below["expr"] and "1 + 0.75 x (baseline - 1)" in below["annotations"]["description"]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert subprocess.run([tool("promtool"), "check", "rules", str(tmp_path / "spec.yaml")]).returncode == 0
+
+
+def test_dashboard_configmaps_hold_the_committed_dashboards():
+    docs = render("--set", "grafanaDashboards.enabled=true", "--set", "grafanaDashboards.folder=LLM serving")
+    maps = [d for d in by_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
+    assert len(maps) == 2
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
+        ((filename, text),) = cm["data"].items()
+        assert json.loads(text) == json.loads((REPO / "dashboards" / filename).read_text())
+    relabelled = render("--set", "grafanaDashboards.enabled=true", "--set", "grafanaDashboards.label=dash",
+                        "--set", "grafanaDashboards.labelValue=yes")
+    assert all(d["metadata"]["labels"].get("dash") == "yes" for d in by_kind(relabelled, "ConfigMap")
+               if not d["metadata"]["name"].endswith("-config"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "mode=sidecars"], "at '/mode': value must be one of 'sidecar', 'standalone'"),
+    (["--set", "prometheusRule.alerts.VLLMSpecDecodeCollapsed.disabled=true"], "additional properties 'VLLMSpecDecodeCollapsed' not allowed"),
+    (["--set", "prometheusRule.alerts.VLLMSpecDecodeAcceptanceCollapsed.threshold=low"], "threshold"),
+    (["--set", "port=70000"], "/port"),
+    (["--set", "podMonitor.interval=often"], "/podMonitor/interval"),
+    (["--set-json", 'config={"targets":[{"url":"ftp://x"}]}'], "/config/targets/0/url"),
+])
+def test_bad_values_are_refused_by_the_schema(args, message):
+    proc = helm("template", "rel", ".", *args, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_chart_files_are_generated_copies():
+    from vllm_specdec_exporter import rules
+
+    assert rules.main(["--check", str(REPO / "alerts"), "--chart-files", str(CHART / "files")]) == 0
+    for f in (CHART / "files" / "dashboards").iterdir():
+        assert f.read_text() == (REPO / "dashboards" / f.name).read_text()
+
+
+def test_image_tag_and_app_version_agree():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    from vllm_specdec_exporter import __version__
+
+    assert chart["appVersion"] == values["image"]["tag"] == __version__
+    assert values["port"] == int(cfg.DEFAULT_LISTEN_ADDRESS.lstrip(":"))
+
+
+def test_chart_readme_documents_every_value():
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def keys(d, prefix=""):
+        for k, v in d.items():
+            yield prefix + k
+            if isinstance(v, dict) and v and k not in ("config", "resources", "securityContext", "selector"):
+                yield from keys(v, prefix + k + ".")
+    missing = [k for k in keys(values) if f"`{k}`" not in readme]
+    assert missing == []
+    for section in ("## Sidecar mode", "## Standalone mode", "## Upgrading"):
+        assert section in readme
+
+
+# --- the example user chart (sidecar by include) and the plain manifests ---
+
+def test_umbrella_example_includes_the_sidecar(tmp_path):
+    work = tmp_path / "umbrella"
+    shutil.copytree(REPO / "examples" / "helm-vllm-with-sidecar", work, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+    chart_yaml = (work / "Chart.yaml").read_text().replace("file://../../helm/vllm-specdec-exporter", f"file://{CHART}")
+    (work / "Chart.yaml").write_text(chart_yaml)
+    helm("dependency", "build", ".", cwd=work)
+    docs = [d for d in yaml.safe_load_all(helm("template", "demo", ".", "--namespace", "llm", *CRDS, cwd=work).stdout) if d]
+    c = container(docs)
+    standalone = container(render("-f", str(CHART / "ci" / "standalone-values.yaml")))
+    assert c == standalone  # the include renders exactly the chart's own container
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    (cfg_volume,) = [v for v in pod["volumes"] if v["name"] == "vllm-specdec-exporter-config"]
+    configmaps = {d["metadata"]["name"] for d in by_kind(docs, "ConfigMap")}
+    assert cfg_volume["configMap"]["name"] in configmaps  # the subchart renders the ConfigMap the include mounts
+    (pm,) = by_kind(docs, "PodMonitor")
+    pod_labels = by_kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert any(p["name"] == pm["spec"]["podMetricsEndpoints"][0]["port"] for p in c["ports"])
+
+
+def test_plain_manifest_sidecar_matches_the_chart_and_validates():
+    manifests = REPO / "examples" / "kubernetes"
+    exe = Path(sys.executable).parent / "kubernetes-validate"
+    for f in manifests.glob("*.yaml"):
+        for k8s in ("1.30.0", "1.37.0"):
+            proc = subprocess.run([str(exe), "--strict", "--quiet", "-k", k8s, str(f)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        for d in yaml.safe_load_all(f.read_text()):
+            if d and d["kind"] == "ConfigMap":
+                build_settings(yaml.safe_load(d["data"]["config.yaml"]), {})  # the exporter accepts it
+    docs = [d for d in yaml.safe_load_all((manifests / "deepseek-v4-mtp-with-sidecar.yaml").read_text()) if d]
+    standalone = container(render("-f", str(CHART / "ci" / "standalone-values.yaml")))
+    assert container(docs) == standalone
+    vllm = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert '--speculative-config={"method":"mtp","num_speculative_tokens":2}' in vllm["args"]
+
+
+# --- the image's command line, from a wheel built here (no Docker engine runs here) ---
+
+@pytest.fixture
+def world_readable_tmp():
+    """A temp dir the image's uid 65532 can reach (pytest's own tmp_path is root-only)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="vllm-specdec-image-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_image_command_line_from_a_built_wheel(world_readable_tmp):
+    tmp_path = world_readable_tmp
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["vllm-specdec-exporter"]' in dockerfile and "USER 65532:65532" in dockerfile
+    assert 'CMD ["serve", "--config.file=/etc/vllm-specdec-exporter/config.yaml"]' in dockerfile
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = wheels.glob("vllm_specdec_exporter-*.whl")
+    venv = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    # dependencies come from the test environment (--system-site-packages is not enough for a venv parent)
+    site = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
+    (next((venv / "lib").glob("python3*/site-packages")) / "parent.pth").write_text(str(site) + "\n")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    exe = venv / "bin" / "vllm-specdec-exporter"
+    assert exe.exists()
+    # The image's CMD, with its config mounted read-only, as uid 65532, writing nothing.
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    port = free_port()
+    (etc / "config.yaml").write_text(yaml.safe_dump({"targets": [{"url": "http://127.0.0.1:1/metrics"}],
+                                                      "listen_address": f"127.0.0.1:{port}"}))
+    for p in (tmp_path, venv, etc):
+        os.chmod(p, 0o755)
+    os.chmod(etc / "config.yaml", 0o444)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    setpriv = shutil.which("setpriv")
+    as_user = [setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"] if setpriv and os.geteuid() == 0 else []
+    proc = subprocess.Popen([*as_user, str(exe), "serve", f"--config.file={etc / 'config.yaml'}"], env=env, cwd="/",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz") or proc.poll() is not None, 30,
+                 "the image's command to serve")
+        assert proc.poll() is None, proc.stderr.read().decode()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            body = resp.read().decode()
+        assert 'vllm_specdec_up{target="vllm"} 0.0' in body
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written
