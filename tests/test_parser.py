@@ -138,6 +138,14 @@ def test_truncated_payload_keeps_what_arrived(payloads):
     assert all(c.k == 2 for c in snap.engines.values())
 
 
+def test_a_line_cut_inside_its_value_is_never_read():
+    text = engine_lines().rstrip("\n")  # ends with the generation line: "... 500" cut to "... 50"
+    snap = extract(text[:-1])
+    assert snap.engines[("m", "0")].generation_tokens is None  # not 50
+    assert snap.malformed_lines == 1
+    assert any("truncated" in w for w in snap.warnings)
+
+
 def test_ten_megabyte_single_line():
     line = b"vllm:spec_decode_num_drafts_total{" + b"a" * (10 * 1024 * 1024) + b"\n" + engine_lines().encode()
     snap = extract(line)

@@ -85,8 +85,7 @@ class Exposition:
     size: int = 0
 
     def issue_messages(self) -> list[str]:
-        out = ["payload ends mid-line (truncated?)"] if self.truncated else []
-        out += [str(i) for i in self.issues]
+        out = [str(i) for i in self.issues]
         hidden = self.malformed_lines + self.duplicate_series - len(self.issues)
         if hidden > 0:
             out.append(f"... and {hidden} more problem line(s)")
@@ -234,7 +233,7 @@ def parse(
     if isinstance(data, str):
         data = data.encode("utf-8")
     _check_payload(data, max_bytes)
-    exp = Exposition(size=len(data), truncated=not data.endswith(b"\n"))
+    exp = Exposition(size=len(data))
     seen: set = set()
 
     # OpenMetrics ends at "# EOF"; a sample after it is not part of the exposition.
@@ -248,6 +247,13 @@ def parse(
             exp.malformed_lines += 1
             _record(exp, data, eof, "content after '# EOF' ignored")
         limit = eof
+    elif not data.endswith(b"\n"):
+        # A payload cut mid-line: its last line may parse as a wrong number
+        # (1.561637e+06 cut to 1.5616), so it is never read.
+        exp.truncated = True
+        exp.malformed_lines += 1
+        limit = data.rfind(b"\n") + 1
+        _record(exp, data, limit, "payload ends mid-line (truncated?); its last line ignored")
 
     if wanted is None:
         pos = 0

@@ -1,0 +1,293 @@
+"""Fault suite: the real exporter against real hostile HTTP servers on loopback.
+
+One loopback server plays vLLM and can be switched, between polls, to every way a
+target goes wrong. For each fault: the exporter stays up, /metrics answers 200,
+`up` and the error counters say what happened, no derived figure is out of
+range or frozen from before the fault, and it recovers by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from sidecar_harness import FakeClock, one, start, values
+from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.settings import build_settings
+from vllm_specdec_exporter.simulate import Simulation, load_scenario, parse_scenario
+from vllm_specdec_exporter.web import POLLERS, create_app
+
+P = "vllm_specdec"
+HEALTHY_AL = 1 + 0.924 + 0.687
+
+
+def render(sim: Simulation) -> bytes:
+    class C:
+        def collect(self):
+            return sim.families()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(C())
+    return generate_latest(reg)
+
+
+@dataclass
+class Hostile:
+    """What the fake vLLM does on the next request."""
+
+    sim: Simulation
+    mode: str = "ok"
+    override: bytes | None = None
+    requests: int = 0
+    log: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        self.sim.tick()
+        body = self.override if self.override is not None else render(self.sim)
+        mode = self.mode
+        if mode == "ok":
+            return web.Response(body=body, content_type="text/plain")
+        if mode in ("500", "404"):
+            return web.Response(status=int(mode), text="error")
+        if mode == "html":
+            return web.Response(text="<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>",
+                                content_type="text/html")
+        if mode == "empty":
+            return web.Response(body=b"", content_type="text/plain")
+        if mode == "garbage":
+            return web.Response(body=bytes(range(256)) * 64, content_type="application/octet-stream")
+        if mode == "truncated":
+            cut = body.index(b'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="5"') + 40
+            return web.Response(body=body[:cut], content_type="text/plain")
+        if mode == "oversize":
+            return web.Response(body=body + b"# padding\n" * 300_000, content_type="text/plain")  # > 2 MiB cap
+        if mode == "long-line":
+            # a 10 MB line that starts like a spec-decode series: read, refused, counted
+            line = b"vllm:spec_decode_num_drafts_total{" + b"a" * (10 * 1024 * 1024)
+            return web.Response(body=line + b"\n" + body, content_type="text/plain")
+        if mode == "slow":
+            await asyncio.sleep(3)  # the poll timeout is 1 s
+            return web.Response(body=body, content_type="text/plain")
+        if mode == "reset":
+            request.transport.close()  # the connection drops mid-request
+            raise ConnectionResetError("reset by the hostile server")
+        raise AssertionError(mode)
+
+
+@contextlib.asynccontextmanager
+async def hostile_target(scenario="healthy", config: dict | None = None):
+    clock = FakeClock()
+    sim = Simulation(load_scenario(scenario) if isinstance(scenario, str) else scenario, clock=clock)
+    hostile = Hostile(sim)
+    app = web.Application()
+    app.router.add_get("/metrics", hostile.handle)
+    runner, url = await start(app)
+    settings = build_settings(
+        {"poll": {"interval": "5s", "timeout": "1s"}, "staleness": "30s", "max_payload_bytes": 2 * 1024 * 1024,
+         "health": {"window": "1m"}, **(config or {})},
+        {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
+    exporter = create_app(settings, mono=clock, start_polling=False)
+    exp_runner, exp_url = await start(exporter)
+    async with aiohttp.ClientSession() as session:
+        h = Target(clock, hostile, exporter, session, exp_url, runner)
+        try:
+            await h.poll()
+            yield h
+        finally:
+            await exp_runner.cleanup()
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+
+@dataclass
+class Target:
+    clock: FakeClock
+    hostile: Hostile
+    app: web.Application
+    session: aiohttp.ClientSession
+    exporter_url: str
+    runner: web.AppRunner
+
+    async def poll(self) -> str:
+        return await self.app[POLLERS][0].poll_once()
+
+    async def run_for(self, seconds: float) -> list[str]:
+        results = []
+        for _ in range(int(seconds // 5)):
+            self.clock.t += 5
+            results.append(await self.poll())
+        return results
+
+    async def metrics(self) -> dict:
+        async with self.session.get(self.exporter_url + "/metrics") as resp:
+            assert resp.status == 200
+            return parse(await resp.text()).samples
+
+
+def assert_sane(m: dict, k: int = 2) -> None:
+    """No derived figure outside its range, whatever happened."""
+    for s in m.get(f"{P}_acceptance_rate", []) + m.get(f"{P}_engine_acceptance_rate", []):
+        assert 0.0 <= s.value <= 1.0, s
+    for name in ("position_acceptance_rate", "position_conditional_acceptance_rate"):
+        for s in m.get(f"{P}_{name}", []):
+            assert 0.0 <= s.value <= 1.0, s
+    for name in ("mean_acceptance_length", "engine_mean_acceptance_length"):
+        for s in m.get(f"{P}_{name}", []):
+            assert 1.0 <= s.value <= k + 1 and math.isfinite(s.value), s
+    for s in m.get(f"{P}_window_drafts", []):
+        assert s.value >= 0, s
+
+
+FAULTS = [
+    ("500", "http_error"), ("404", "http_error"), ("html", "not_prometheus"), ("empty", "not_prometheus"),
+    ("garbage", "not_prometheus"), ("oversize", "too_large"), ("slow", "timeout"), ("reset", None),
+]
+
+
+@pytest.mark.parametrize("mode, result", FAULTS)
+def test_fault_then_recovery(mode, result):
+    async def go():
+        async with hostile_target() as t:
+            await t.run_for(120)
+            before = await t.metrics()
+            assert one(before, f"{P}_up") == 1
+            assert one(before, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
+            t.hostile.mode = mode
+            results = await t.run_for(10)
+            assert results[0] != "success"
+            if result:
+                assert set(results) == {result}
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 0  # at once
+            failed = sum(s.value for s in m[f"{P}_exporter_polls_total"] if s.labels["result"] != "success")
+            assert failed == 2
+            if result:
+                assert one(m, f"{P}_exporter_polls_total", result=result) == 2
+            assert_sane(m)
+            await t.run_for(30)  # past the 30 s staleness: nothing frozen from before the fault
+            m = await t.metrics()
+            assert not values(m, f"{P}_mean_acceptance_length") and not values(m, f"{P}_health")
+            assert not values(m, f"{P}_drafts_total")
+            t.hostile.mode = "ok"
+            await t.run_for(65)  # recovers by itself, with fresh figures
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 1
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
+            assert_sane(m)
+    asyncio.run(go())
+
+
+def test_refused_port_then_back():
+    async def go():
+        async with hostile_target() as t:
+            await t.run_for(60)
+            await t.runner.cleanup()  # nothing listens any more
+            assert await t.poll() == "connect_error"
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 0 and one(m, f"{P}_exporter_polls_total", result="connect_error") == 1
+            assert_sane(m)
+    asyncio.run(go())
+
+
+def test_truncated_payload_keeps_what_arrived_without_lying():
+    async def go():
+        async with hostile_target() as t:
+            await t.run_for(120)
+            t.hostile.mode = "truncated"
+            assert set(await t.run_for(30)) == {"success"}  # the engines before the cut still count
+            m = await t.metrics()
+            assert_sane(m)
+            assert one(m, f"{P}_exporter_parse_errors_total") >= 6
+            # engines 5..7 were cut off: their counters are not re-exported from a partial scrape
+            assert sorted(s.labels["engine"] for s in m[f"{P}_drafts_total"]) == ["0", "1", "2", "3", "4"]
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
+    asyncio.run(go())
+
+
+def test_ten_megabyte_single_line_is_survived():
+    async def go():
+        async with hostile_target(config={"max_payload_bytes": 16 * 1024 * 1024}) as t:
+            await t.run_for(60)
+            t.hostile.mode = "long-line"
+            assert set(await t.run_for(10)) == {"success"}
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 1 and one(m, f"{P}_exporter_parse_errors_total") >= 1
+            assert_sane(m)
+    asyncio.run(go())
+
+
+def test_restart_with_a_new_k_and_an_engine_that_disappears_and_comes_back():
+    k2 = parse_scenario({"model_name": "m", "engines": 2, "k": 2, "drafts_per_second": 50,
+                         "per_position": [0.9, 0.6]}, "k2")
+    k3 = parse_scenario({"model_name": "m", "engines": 2, "k": 3, "drafts_per_second": 50,
+                         "per_position": [0.9, 0.6, 0.3]}, "k3")
+
+    async def go():
+        async with hostile_target(k2) as t:
+            await t.run_for(60)
+            assert one(await t.metrics(), f"{P}_num_speculative_tokens") == 2
+            # engine 1 vanishes from the payload for a while, then returns
+            full = render(t.hostile.sim)
+            t.hostile.override = b"\n".join(l for l in full.split(b"\n") if b'engine="1"' not in l) + b"\n"
+            await t.run_for(20)
+            m = await t.metrics()
+            assert_sane(m)
+            assert sorted(s.labels["engine"] for s in m[f"{P}_drafts_total"]) == ["0"]
+            t.hostile.override = None
+            await t.run_for(20)
+            assert sorted(s.labels["engine"] for s in (await t.metrics())[f"{P}_drafts_total"]) == ["0", "1"]
+            # vLLM restarts with k=3: counters back to zero, one more position
+            t.hostile.sim = Simulation(k3, clock=t.clock)
+            await t.run_for(70)
+            m = await t.metrics()
+            assert_sane(m, k=3)
+            assert one(m, f"{P}_num_speculative_tokens") == 3
+            assert one(m, f"{P}_exporter_engine_restarts_total") == 2
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(1 + 0.9 + 0.6 + 0.3, rel=0.01)
+            assert sorted(s.labels["position"] for s in values_of(m, "position_acceptance_rate", window="1m")) == ["0", "1", "2"]
+    asyncio.run(go())
+
+
+def values_of(m, name, **labels):
+    return [s for s in m.get(f"{P}_{name}", []) if all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def test_labels_with_quotes_backslashes_and_newlines():
+    weird = 'weird "model" \\ path\nline2'
+    scenario = parse_scenario({"model_name": weird, "engines": 1, "k": 2, "drafts_per_second": 50,
+                               "per_position": [0.9, 0.6]}, "weird")
+
+    async def go():
+        async with hostile_target(scenario) as t:
+            await t.run_for(70)
+            m = await t.metrics()  # our own exposition parses back to the same label value
+            assert one(m, f"{P}_mean_acceptance_length", model_name=weird, window="1m") == pytest.approx(2.5, rel=0.01)
+            async with t.session.get(t.exporter_url + "/") as resp:
+                page = await resp.text()
+            assert "weird &quot;model&quot;" in page  # escaped on the landing page
+    asyncio.run(go())
+
+
+def test_a_flood_of_engines_is_capped_counted_and_logged(caplog, capsys):
+    flood = parse_scenario({"model_name": "m", "engines": 300, "k": 1, "drafts_per_second": 5,
+                            "per_position": [0.8]}, "flood")
+
+    async def go():
+        async with hostile_target(flood, config={"max_series_per_target": 50,
+                                                 "max_payload_bytes": 16 * 1024 * 1024}) as t:
+            await t.run_for(20)
+            m = await t.metrics()
+            assert len(m[f"{P}_drafts_total"]) == 50
+            assert one(m, f"{P}_exporter_series_refused_total") == 250 * 5  # 5 polls, 250 refused each
+            assert one(m, f"{P}_up") == 1
+            assert_sane(m, k=1)
+    asyncio.run(go())
+    logged = capsys.readouterr().out + caplog.text
+    assert "250 model/engine series over max_series_per_target=50 refused" in logged
