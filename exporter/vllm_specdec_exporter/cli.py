@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--poll.interval", dest="poll_interval", metavar="DURATION",
                        help=f"time between polls (default {config.DEFAULT_POLL_INTERVAL})")
     serve.add_argument("--config.file", dest="config_file", metavar="FILE", help="YAML config: everything the flags set and more")
+    serve.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                       help="TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web-config format")
     serve.add_argument("--log.format", dest="log_format", metavar="|".join(config.LOG_FORMATS), help="default auto")
     serve.add_argument("--log.level", dest="log_level", metavar="|".join(config.LOG_LEVELS), help="default info")
 
@@ -142,15 +144,17 @@ def _serve(args: argparse.Namespace) -> int:
     from . import logs
     from .settings import ConfigError, load_settings
     from .web import serve
+    from .webconfig import load_web_config
 
     try:
         settings = load_settings(vars(args))
+        web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format, settings.log_level)
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, web_config=web_config))
     except OSError as e:  # e.g. the port is taken
         print(f"{PROG}: error: cannot listen on {settings.listen_address}: {e.strerror or e}", file=sys.stderr)
         return 1

@@ -70,6 +70,7 @@ class Settings:
     baselines: tuple[BaselineProfile, ...]
     log_format: str
     log_level: str
+    web_config_file: str | None = None  # TLS / basic auth, exporter-toolkit format
 
     @property
     def listen_address(self) -> str:
@@ -200,7 +201,7 @@ def load_file(path: str) -> dict:
 
 
 TOP_KEYS = ("targets", "listen_address", "poll", "windows", "min_drafts", "staleness", "max_payload_bytes",
-            "max_series_per_target", "health", "baselines", "log")
+            "max_series_per_target", "health", "baselines", "log", "web_config_file")
 
 
 def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings:
@@ -280,6 +281,7 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
         baselines=tuple(profiles),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
+        web_config_file=overrides.get("web_config_file", data.get("web_config_file")),
     )
 
 
@@ -291,6 +293,7 @@ FLAG_ENV = {
     "log_format": ("LOG_FORMAT", "log_format"),
     "log_level": ("LOG_LEVEL", "log_level"),
     "config_file": ("CONFIG_FILE", "config_file"),
+    "web_config_file": ("WEB_CONFIG_FILE", "web_config_file"),
 }
 
 

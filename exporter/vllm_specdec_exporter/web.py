@@ -25,6 +25,7 @@ from .render import bar
 from .service import TargetPoller, TargetView
 from .settings import Settings
 from .summary import summarize
+from .webconfig import WebConfig, auth_middleware
 
 POLLERS = web.AppKey("pollers", list)
 SETTINGS = web.AppKey("settings", Settings)
@@ -33,8 +34,11 @@ READY = web.AppKey("ready", dict)
 
 
 def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
-               wall: Callable[[], float] = time.time, start_polling: bool = True) -> web.Application:
-    app = web.Application()
+               wall: Callable[[], float] = time.time, start_polling: bool = True,
+               web_config: WebConfig | None = None) -> web.Application:
+    # aiohttp's own request limits stand: 8 KiB request line and header fields, 1 MiB body.
+    middlewares = [auth_middleware(web_config)] if web_config and web_config.users else []
+    app = web.Application(middlewares=middlewares)
     app[SETTINGS] = settings
     app[MONO] = mono
     app[POLLERS] = []
@@ -161,7 +165,7 @@ Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
     return web.Response(text=page, content_type="text/html")
 
 
-async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, stop: asyncio.Event | None = None, web_config: WebConfig | None = None) -> None:
     """Run until SIGTERM/SIGINT (or ``stop``), then shut down with no task left behind."""
     import signal
 
@@ -172,12 +176,15 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(create_app(settings), access_log_class=web.AccessLogger, handle_signals=False)
+    runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
+                           handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port)
+    site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port,
+                       ssl_context=web_config.ssl_context if web_config else None)
     await site.start()
     bound = ", ".join(f"{a[0]}:{a[1]}" for s in runner.addresses for a in [s] if isinstance(a, tuple))
     log.info("listening", address=bound or settings.listen_address,
+             tls=bool(web_config and web_config.ssl_context), basic_auth=bool(web_config and web_config.users),
              targets=[t.name for t in settings.targets], windows=[w for w, _ in settings.windows])
     try:
         await stop.wait()
