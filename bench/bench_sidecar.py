@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from vllm_specdec_exporter import logs
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, load_scenario
-from vllm_specdec_exporter.web import POLLERS, create_app
+from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
 
@@ -66,9 +66,8 @@ async def replay_server(bodies: list[bytes] | None = None) -> tuple[web.AppRunne
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"
+    _, port = await start_site(runner, "127.0.0.1", 0)
+    return runner, f"http://127.0.0.1:{port}/metrics"
 
 
 def rss_mb() -> float:
@@ -87,9 +86,8 @@ async def poll_and_render(polls: int, fake_hour: bool) -> dict:
     app = create_app(settings, mono=lambda: clock["t"], start_polling=False)
     exp_runner = web.AppRunner(app, access_log=None)
     await exp_runner.setup()
-    site = web.TCPSite(exp_runner, "127.0.0.1", 0)
-    await site.start()
-    exp_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"
+    _, port = await start_site(exp_runner, "127.0.0.1", 0)
+    exp_url = f"http://127.0.0.1:{port}/metrics"
     poller = app[POLLERS][0]
     times, sizes = [], []
     async with aiohttp.ClientSession() as session:

@@ -18,7 +18,7 @@ from aiohttp import web
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, create_simulator_app, load_scenario
-from vllm_specdec_exporter.web import POLLERS, create_app
+from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 
 class FakeClock:
@@ -32,9 +32,8 @@ class FakeClock:
 async def start(app: web.Application) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    _, port = await start_site(runner, "127.0.0.1", 0)
+    return runner, f"http://127.0.0.1:{port}"
 
 
 @dataclass

@@ -17,7 +17,7 @@ from .parser import parse
 from .render import bar
 from .settings import build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
-from .web import create_app
+from .web import create_app, start_site
 
 DEMO_WINDOW = "1m"
 WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_rate", "position_acceptance_rate",
@@ -28,9 +28,7 @@ WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_rate", "pos
 async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # the real port when 0 was asked
+    _, bound = await start_site(runner, host, port)
     return runner, f"http://{host}:{bound}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import html
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client.exposition import choose_encoder
 
 from . import __version__
 from .collector import SpecDecodeCollector, is_fresh
@@ -26,6 +27,10 @@ from .service import TargetPoller, TargetView
 from .settings import Settings
 from .summary import summarize
 from .webconfig import WebConfig, auth_middleware
+
+# Above the default 128: a burst of scrapes (many Prometheus replicas, a load
+# test) must not overflow the accept queue into 1 s SYN retransmits.
+LISTEN_BACKLOG = 1024
 
 POLLERS = web.AppKey("pollers", list)
 SETTINGS = web.AppKey("settings", Settings)
@@ -61,12 +66,35 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app.cleanup_ctx.append(pollers_ctx)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], settings, mono))
-    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    app.router.add_get("/metrics", metrics_handler(app, registry))
     app.router.add_get("/", landing)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/v1/summary", summary)
     return app
+
+
+def metrics_handler(app: web.Application, registry: CollectorRegistry):
+    """/metrics, rendered once per state: the views are immutable, so until a poll
+    publishes a new one or a target turns stale, every scrape gets the same bytes
+    (200 concurrent scrapes cost one render)."""
+    cache: dict = {"key": None}
+
+    async def metrics(request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        settings, now = app[SETTINGS], app[MONO]()
+        views = tuple(p.view for p in app[POLLERS])
+        key = (content_type, tuple(is_fresh(v, now, settings.staleness) for v in views))
+        old = cache["key"]
+        if old is None or old[0] != key or len(old[1]) != len(views) or any(a is not b for a, b in zip(old[1], views)):
+            body = encoder(registry)
+            cache.update(key=(key, views), identity=body, gzip=gzip.compress(body, compresslevel=6))
+        headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(body=cache["gzip"], headers={**headers, "Content-Encoding": "gzip"})
+        return web.Response(body=cache["identity"], headers=headers)
+
+    return metrics
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -165,6 +193,13 @@ Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
     return web.Response(text=page, content_type="text/html")
 
 
+async def start_site(runner: web.AppRunner, host: str | None, port: int, ssl_context=None) -> tuple[web.TCPSite, int]:
+    """Start ``runner`` on host:port; returns the site and the bound port (useful with port 0)."""
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
+    await site.start()
+    return site, site._server.sockets[0].getsockname()[1]
+
+
 async def serve(settings: Settings, stop: asyncio.Event | None = None, web_config: WebConfig | None = None) -> None:
     """Run until SIGTERM/SIGINT (or ``stop``), then shut down with no task left behind."""
     import signal
@@ -179,9 +214,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
                            handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port,
-                       ssl_context=web_config.ssl_context if web_config else None)
-    await site.start()
+    await start_site(runner, settings.listen_host or None, settings.listen_port,
+                     web_config.ssl_context if web_config else None)
     bound = ", ".join(f"{a[0]}:{a[1]}" for s in runner.addresses for a in [s] if isinstance(a, tuple))
     log.info("listening", address=bound or settings.listen_address,
              tls=bool(web_config and web_config.ssl_context), basic_auth=bool(web_config and web_config.users),
