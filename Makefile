@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench venv tools generate preview clean
+.PHONY: demo test bench fuzz venv tools generate preview clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,12 @@ test: $(STAMP) tools
 ## bench: performance ratios and figures, measured side by side in one run
 bench: $(STAMP)
 	$(PY) bench/bench_parse.py
+	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_sidecar.py
+
+## fuzz: the property-based tests of the parser, adapters and math with 100x the examples (~10 min)
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_properties.py --timeout=3600
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -3,7 +3,7 @@ no input makes the parser raise anything but a clear ParseError."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_specdec_exporter.adapters import extract
@@ -36,7 +36,6 @@ draft = st.integers(1, 4).flatmap(lambda t: st.tuples(st.just(t), st.integers(0,
 engine_step = st.one_of(st.just("restart"), st.lists(draft, max_size=8))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(k=st.integers(1, 4), engines=st.integers(1, 3), steps=st.lists(st.lists(engine_step, min_size=3, max_size=3),
                                                                          min_size=1, max_size=6))
 def test_counter_streams_with_restarts(k, engines, steps):
@@ -82,7 +81,6 @@ def test_counter_streams_with_restarts(k, engines, steps):
         prev = snap
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2000))
 def test_parser_never_raises_on_junk_bytes(data):
     try:
@@ -96,7 +94,6 @@ def test_parser_never_raises_on_junk_bytes(data):
 line_chars = st.sampled_from(list('vlm:_spec{}="\\,0123456789.e+-# \nInfNa') + [FAMS[0], "engine", "model_name"])
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.lists(line_chars, max_size=200).map("".join))
 def test_parser_never_raises_on_near_miss_text(text):
     try:
@@ -107,3 +104,34 @@ def test_parser_never_raises_on_near_miss_text(text):
     for samples in exp.samples.values():
         for s in samples:
             assert s.name in FAMS
+
+
+counter_value = st.one_of(st.integers(0, 10**12).map(str), st.sampled_from(["NaN", "+Inf", "-Inf", "-1", "1e400", "0.5"]),
+                          st.floats(allow_nan=True, allow_infinity=True).map(repr))
+label_value = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+
+
+@given(st.lists(st.tuples(st.sampled_from([*FAMS, "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                                            "vllm:generation_tokens_total"]),
+                          st.sampled_from(["0", "1", "x"]), label_value, st.sampled_from(["0", "1", "2", "-1", "a"]),
+                          counter_value), max_size=40))
+def test_adapter_and_math_on_arbitrary_spec_decode_series(rows):
+    """Any values and labels in the spec-decode families: no exception, and wherever the
+    counters keep vLLM's invariants, every figure is in its range."""
+    lines = []
+    for fam, engine, model, position, value in rows:
+        escaped = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        pos = f',position="{position}"' if fam.endswith("per_pos_total") else ""
+        lines.append(f'{fam}{{engine="{engine}",model_name="{escaped}"{pos}}} {value}')
+    try:
+        snap = extract("\n".join(lines) + "\n")
+    except ParseError:
+        return
+    for model in summarize(snap.engines)["models"].values():
+        for s in [model["all"], *model["engines"].values()]:
+            if s["warnings"]:
+                continue
+            if s["acceptance_rate"] is not None:
+                assert 0.0 <= s["acceptance_rate"] <= 1.0
+            if s["mean_acceptance_length"] is not None:
+                assert 1.0 <= s["mean_acceptance_length"] <= s["k"] + 1 or s["k"] == 0
