@@ -73,7 +73,7 @@ class Hostile:
             line = b"vllm:spec_decode_num_drafts_total{" + b"a" * (10 * 1024 * 1024)
             return web.Response(body=line + b"\n" + body, content_type="text/plain")
         if mode == "slow":
-            await asyncio.sleep(3)  # the poll timeout is 1 s
+            await asyncio.sleep(6)  # the poll timeout is 2 s
             return web.Response(body=body, content_type="text/plain")
         if mode == "reset":
             request.transport.close()  # the connection drops mid-request
@@ -90,7 +90,7 @@ async def hostile_target(scenario="healthy", config: dict | None = None):
     app.router.add_get("/metrics", hostile.handle)
     runner, url = await start(app)
     settings = build_settings(
-        {"poll": {"interval": "5s", "timeout": "1s"}, "staleness": "30s", "max_payload_bytes": 2 * 1024 * 1024,
+        {"poll": {"interval": "5s", "timeout": "2s"}, "staleness": "30s", "max_payload_bytes": 2 * 1024 * 1024,
          "health": {"window": "1m"}, **(config or {})},
         {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
     exporter = create_app(settings, mono=clock, start_polling=False)
