@@ -29,13 +29,7 @@ def payload(engines: int, k: int, t: float = 60.0) -> bytes:
                                      "drafts_per_second": 40, "per_position": per_position}, "bench"),
                      clock=lambda: 0.0)
     sim.advance_to(t)
-
-    class C:
-        def collect(self):
-            return sim.families()
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(C())
-    return generate_latest(reg)
+    return sim.render()
 
 
 def poll_work(history: TargetHistory, data: bytes, t: float) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
 
 from vllm_specdec_exporter import logs
 from vllm_specdec_exporter.settings import build_settings
@@ -32,13 +31,7 @@ def payloads(count: int, step: float = 1.0) -> list[bytes]:
     out = []
     for i in range(count):
         sim.advance_to(i * step)
-
-        class C:
-            def collect(self):
-                return sim.families()
-        reg = CollectorRegistry(auto_describe=False)
-        reg.register(C())
-        out.append(generate_latest(reg))
+        out.append(sim.render())
     return out
 
 
@@ -49,13 +42,7 @@ async def replay_server(bodies: list[bytes] | None = None) -> tuple[web.AppRunne
 
     def live() -> bytes:
         sim.advance_to(float(state["n"]))
-
-        class C:
-            def collect(self):
-                return sim.families()
-        reg = CollectorRegistry(auto_describe=False)
-        reg.register(C())
-        return generate_latest(reg)
+        return sim.render()
 
     async def metrics(request):
         body = live() if bodies is None else bodies[min(state["n"], len(bodies) - 1)]

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
 
 from sidecar_harness import FakeClock, one, start, values
 from vllm_specdec_exporter.parser import parse
@@ -26,15 +25,6 @@ from vllm_specdec_exporter.web import POLLERS, create_app
 
 P = "vllm_specdec"
 HEALTHY_AL = 1 + 0.924 + 0.687
-
-
-def render(sim: Simulation) -> bytes:
-    class C:
-        def collect(self):
-            return sim.families()
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(C())
-    return generate_latest(reg)
 
 
 @dataclass
@@ -50,7 +40,7 @@ class Hostile:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         self.sim.tick()
-        body = self.override if self.override is not None else render(self.sim)
+        body = self.override if self.override is not None else self.sim.render()
         mode = self.mode
         if mode == "ok":
             return web.Response(body=body, content_type="text/plain")
@@ -234,7 +224,7 @@ def test_restart_with_a_new_k_and_an_engine_that_disappears_and_comes_back():
             await t.run_for(60)
             assert one(await t.metrics(), f"{P}_num_speculative_tokens") == 2
             # engine 1 vanishes from the payload for a while, then returns
-            full = render(t.hostile.sim)
+            full = t.hostile.sim.render()
             t.hostile.override = b"\n".join(l for l in full.split(b"\n") if b'engine="1"' not in l) + b"\n"
             await t.run_for(20)
             m = await t.metrics()

@@ -10,16 +10,6 @@ from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.derive import invariant_violations
 from vllm_specdec_exporter.settings import ConfigError
 from vllm_specdec_exporter.simulate import Simulation, builtin_scenarios, load_scenario, parse_scenario
-from prometheus_client import CollectorRegistry, generate_latest
-
-
-def render(sim: Simulation) -> bytes:
-    class C:
-        def collect(self):
-            return sim.families()
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(C())
-    return generate_latest(reg)
 
 
 @pytest.mark.parametrize("name", builtin_scenarios())
@@ -27,7 +17,7 @@ def test_every_scenario_keeps_vllms_invariants(name):
     sim = Simulation(load_scenario(name), clock=lambda: 0.0)
     for t in range(0, 400, 7):
         sim.advance_to(float(t))
-        body = render(sim)
+        body = sim.render()
         snap = extract(body)
         assert snap.warnings == ()
         for key, counters in snap.engines.items():
@@ -39,7 +29,7 @@ def test_every_scenario_keeps_vllms_invariants(name):
 
 
 def test_eight_engine_payload_has_the_real_shape():
-    body = render(Simulation(load_scenario("healthy"), clock=lambda: 0.0))
+    body = Simulation(load_scenario("healthy"), clock=lambda: 0.0).render()
     assert 250_000 < len(body) < 400_000  # a real TP=8/DP=8 endpoint: 0.30-0.36 MB
     assert body.count(b"\n") > 2500
 

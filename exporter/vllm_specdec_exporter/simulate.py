@@ -240,6 +240,12 @@ class Simulation:
     def tick(self) -> None:
         self.advance_to((self._clock() - self._t0) * self._speed)
 
+    def render(self) -> bytes:
+        """The spec-decode and vLLM families at the current scenario time, as text (no process metrics)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(self))
+        return generate_latest(registry)
+
     def families(self) -> Iterable[Metric]:
         s = self.scenario
         single = s.form == "single-process"
@@ -323,9 +329,16 @@ class Simulation:
         return [*rest, *spec] if single else [*spec, *reversed(rest)]
 
 
-class _Collector:
+class _Families:
     def __init__(self, simulation: Simulation):
         self.simulation = simulation
+
+    def collect(self) -> Iterable[Metric]:
+        return self.simulation.families()
+
+
+class _Collector(_Families):
+    """What the simulator's /metrics serves: the scenario advanced to now."""
 
     def collect(self) -> Iterable[Metric]:
         self.simulation.tick()
