@@ -29,10 +29,10 @@ $(HELM):
 	rm -rf .tools/npm
 	$(HELM) version --short
 tools:
-	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { \
-	  echo "installing Debian prometheus and prometheus-alertmanager"; \
+	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
+	  echo "installing Debian prometheus, prometheus-alertmanager and openssl"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    --no-install-recommends prometheus prometheus-alertmanager >/dev/null; }
+	    --no-install-recommends prometheus prometheus-alertmanager openssl >/dev/null; }
 
 ## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
 generate: $(STAMP)
