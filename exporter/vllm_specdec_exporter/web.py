@@ -214,10 +214,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
                            handle_signals=False)
     await runner.setup()
-    await start_site(runner, settings.listen_host or None, settings.listen_port,
-                     web_config.ssl_context if web_config else None)
-    bound = ", ".join(f"{a[0]}:{a[1]}" for s in runner.addresses for a in [s] if isinstance(a, tuple))
-    log.info("listening", address=bound or settings.listen_address,
+    _, port = await start_site(runner, settings.listen_host or None, settings.listen_port,
+                               web_config.ssl_context if web_config else None)
+    log.info("listening", address=f"{settings.listen_host or '0.0.0.0'}:{port}",
              tls=bool(web_config and web_config.ssl_context), basic_auth=bool(web_config and web_config.users),
              targets=[t.name for t in settings.targets], windows=[w for w, _ in settings.windows])
     try:
