@@ -346,3 +346,16 @@ def test_soak_hours_of_polls_with_restarts_and_faults_stay_flat():
     assert tasks119 == tasks40
     assert fds119 <= fds40 + 2
     assert mem119 - mem40 < 512 * 1024, (mem40, mem119)  # windows are bounded: no growth with uptime
+
+
+def test_a_failing_target_is_logged_when_it_starts_failing_not_on_every_poll(capsys, caplog):
+    async def go():
+        async with hostile_target() as t:
+            await t.run_for(30)
+            t.hostile.mode = "oversize"  # the message varies with the payload size
+            await t.run_for(60)
+            t.hostile.mode = "500"
+            await t.run_for(30)
+    asyncio.run(go())
+    logged = capsys.readouterr().out + caplog.text
+    assert logged.count("target_poll_failed") == 2, logged  # one per kind of failure, not 18

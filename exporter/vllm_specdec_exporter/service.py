@@ -66,6 +66,7 @@ class TargetView:
     last_success_wall: float | None = None
     last_success_mono: float | None = None
     last_error: str | None = None
+    last_result: str | None = None
     polls: Mapping[str, int] = field(default_factory=dict)
     duration_buckets: tuple[int, ...] = (0,) * len(POLL_DURATION_BUCKETS)
     duration_sum: float = 0.0
@@ -180,14 +181,16 @@ class TargetPoller:
             if duration <= bound:
                 self._buckets[i] += 1
         common = dict(
-            polls=dict(self._polls), duration_buckets=tuple(self._buckets),
+            last_result=result, polls=dict(self._polls), duration_buckets=tuple(self._buckets),
             duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1,
         )
         # Reachable and Prometheus text, even without spec-decode families: vLLM is up.
         up = result in ("success", "no_spec_decode")
         if result != "success":
             self.failures += 1
-            if view.up or view.last_error != error:
+            # Logged when the failure starts or changes kind, not on every poll (the
+            # message itself may vary: byte counts, addresses).
+            if view.up or view.last_result != result:
                 log.warning("target_poll_failed", target=self.target.name, result=result, error=error)
             self.view = replace(view, up=up, last_error=error, **common)
             return
