@@ -129,6 +129,10 @@ FLASH_IDLE_BROKEN = mix(30, [5, 1])
 K3_WASTED = mix(1000, [900, 700, 20])  # last position 2 %
 K3_WASTED_IDLE = mix(30, [27, 21, 0.6])
 LOOP = mix(1000, [995, 985])  # 99 % acceptance
+HIGH_OVER = mix(1000, [985, 977])  # 98.1 %: just over 98 %
+HIGH_UNDER = mix(1000, [983, 975])  # 97.9 %: just under
+K3_WASTED_OVER = mix(1000, [900, 700, 49])  # last position 4.9 %: fires
+K3_WASTED_UNDER = mix(1000, [900, 700, 51])  # 5.1 %: quiet
 HIGH_IDLE = mix(30, [29.85, 29.55])
 NINETY_SEVEN = mix(1000, [975, 965])  # 97 %
 
@@ -273,16 +277,30 @@ def wasted_and_high_group(v: str) -> dict:
     s += deployment(v, "pro-loop", PRO, [(LOOP, 120)])
     s += deployment(v, "pro-high-idle", PRO, [(HIGH_IDLE, 120)])
     s += deployment(v, "pro-97", PRO, [(NINETY_SEVEN, 120)])
+    s += deployment(v, "pro-high-over", PRO, [(HIGH_OVER, 120)])
+    s += deployment(v, "pro-high-under", PRO, [(HIGH_UNDER, 120)])
+    s += deployment(v, "pro-loop-restart", PRO, [(LOOP, 10), ("restart",), (LOOP, 110)])
+    s += deployment(v, "pro-k3-wasted-over", PRO, [(K3_WASTED_OVER, 120)])
+    s += deployment(v, "pro-k3-wasted-under", PRO, [(K3_WASTED_UNDER, 120)])
+    s += deployment(v, "pro-k3-restart", PRO, [(K3_WASTED_UNDER, 50), ("restart",), (K3_WASTED_UNDER, 70)])
     if v == "sidecar":
         for pod, k in (("pro-k3-wasted", 3), ("pro-k3-wasted-idle", 3), ("pro-healthy", 2), ("pro-loop", 2),
-                       ("pro-high-idle", 2), ("pro-97", 2)):
+                       ("pro-high-idle", 2), ("pro-97", 2), ("pro-high-over", 2), ("pro-high-under", 2),
+                       ("pro-loop-restart", 2), ("pro-k3-wasted-over", 3), ("pro-k3-wasted-under", 3),
+                       ("pro-k3-restart", 3)):
             s += sidecar_gauges(pod, PRO, k, None, None)
     W, H = "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh"
+    # Boundaries: 4.9 % fires and 5.1 % does not; 98.1 % fires and 97.9 % does not. A
+    # restart mid-window neither fires nor silences (the loop keeps firing across it).
     return group("wasted last position and suspiciously high acceptance", s, [
         check("20m", W, []),  # condition true, still pending (for: 30m)
-        check("60m", W, [wasted("pro-k3-wasted", PRO, "2", "2%")]),
+        check("60m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
+        check("100m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
         check("3m", H, []),
-        check("20m", H, [high("pro-loop", PRO, "99%")]),
+        check("20m", H, [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"),
+                         high("pro-loop-restart", PRO, "99%")]),
+        check("60m", H, [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"),
+                         high("pro-loop-restart", PRO, "99%")]),
     ])
 
 
