@@ -257,11 +257,10 @@ def not_drafting_group(v: str) -> dict:
     s += deployment(v, "pro-idle", PRO, [(mix(0, [0, 0], gen=0), 120)])
     s += deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 120)])
     N = "VLLMSpecDecodeNotDrafting"
-    firing = [not_drafting("pro-off", PRO, "109.8")]  # 6590 tokens/min
-    if v == "vllm-direct":
-        # spec decode switched off by a redeploy: the drafts families vanish, generation goes on
-        s += deployment(v, "pro-vanished", PRO, [(PRO_HEALTHY, 60), ("absent-drafts", off, 60)])
-        firing.append(not_drafting("pro-vanished", PRO, "109.8"))
+    # spec decode switched off by a redeploy: the drafts families vanish, generation goes on
+    # (the sidecar keeps exporting vLLM's generation tokens when the families are gone)
+    s += deployment(v, "pro-vanished", PRO, [(PRO_HEALTHY, 60), ("absent-drafts", off, 60)])
+    firing = [not_drafting("pro-off", PRO, "109.8"), not_drafting("pro-vanished", PRO, "109.8")]  # 6590 tokens/min
     return group("not drafting while generating", s, [
         check("50m", N, []),
         check("66m", N, []),  # pending, not yet firing

@@ -62,6 +62,9 @@ class Hostile:
             # a 10 MB line that starts like a spec-decode series: read, refused, counted
             line = b"vllm:spec_decode_num_drafts_total{" + b"a" * (10 * 1024 * 1024)
             return web.Response(body=line + b"\n" + body, content_type="text/plain")
+        if mode == "spec-off":  # restarted without --speculative-config: the families are gone
+            return web.Response(body=b"\n".join(l for l in body.split(b"\n") if b"spec_decode" not in l),
+                                content_type="text/plain")
         if mode == "slow":
             await asyncio.sleep(6)  # the poll timeout is 2 s
             return web.Response(body=body, content_type="text/plain")
@@ -359,3 +362,27 @@ def test_a_failing_target_is_logged_when_it_starts_failing_not_on_every_poll(cap
     asyncio.run(go())
     logged = capsys.readouterr().out + caplog.text
     assert logged.count("target_poll_failed") == 2, logged  # one per kind of failure, not 18
+
+
+def test_spec_decode_switched_off_keeps_generation_visible():
+    async def go():
+        async with hostile_target() as t:
+            await t.run_for(120)
+            t.hostile.mode = "spec-off"
+            assert set(await t.run_for(40)) == {"no_spec_decode"}
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 1  # vLLM answers: it is reachable
+            assert one(m, f"{P}_exporter_polls_total", result="no_spec_decode") == 8
+            generation = {s.labels["engine"]: s.value for s in m[f"{P}_generation_tokens_total"]}
+            assert sorted(generation) == [str(e) for e in range(8)]
+            for family in ("drafts_total", "mean_acceptance_length", "health", "window_drafts"):
+                assert not values(m, f"{P}_{family}"), family  # nothing derived from absent families
+            await t.run_for(20)
+            later = {s.labels["engine"]: s.value for s in (await t.metrics())[f"{P}_generation_tokens_total"]}
+            assert all(later[e] > generation[e] for e in generation)  # still counting
+            t.hostile.mode = "ok"
+            await t.run_for(65)
+            m = await t.metrics()
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
+            assert_sane(m)
+    asyncio.run(go())

@@ -77,6 +77,8 @@ class SpecDecodeCollector(Collector):
                     per_pos.add_metric([*labels, str(i)], value)
                 if c.generation_tokens is not None:
                     generation.add_metric(labels, c.generation_tokens)
+            for (model, engine), value in v.generation_only.items():
+                generation.add_metric([v.name, model, engine], value)
         yield from (drafts, tokens, accepted, per_pos, generation)
 
     # --- windowed figures, summed over engines, and health ---

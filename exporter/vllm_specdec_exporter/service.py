@@ -76,6 +76,9 @@ class TargetView:
     parse_errors: int = 0
     series_refused: int = 0
     raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
+    # Spec decode off: only vLLM's generation-token counters, so generating without
+    # drafting stays visible (and alertable) through the sidecar alone.
+    generation_only: Mapping[SeriesKey, float] = field(default_factory=dict)
     models: tuple[ModelView, ...] = ()
 
 
@@ -164,7 +167,7 @@ class TargetPoller:
         except NotPrometheusText as e:
             result, error = "not_prometheus", str(e)
         except NoSpecDecodeFamilies as e:
-            result, error = "no_spec_decode", str(e)
+            result, error, snapshot = "no_spec_decode", str(e), e.generation
         except SourceError as e:
             result, error = e.kind, str(e)
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
@@ -184,15 +187,23 @@ class TargetPoller:
             last_result=result, polls=dict(self._polls), duration_buckets=tuple(self._buckets),
             duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1,
         )
-        # Reachable and Prometheus text, even without spec-decode families: vLLM is up.
-        up = result in ("success", "no_spec_decode")
+        if result == "no_spec_decode":
+            # vLLM answers, with spec decode off: reachable and current, but with
+            # nothing to derive. Only its generation tokens are exported.
+            if view.last_result != result:
+                log.warning("spec_decode_off", target=self.target.name, error=error)
+            self.failures = 0
+            now = self.mono()
+            self.view = replace(view, up=True, last_error=error, last_success_wall=self.wall(),
+                                last_success_mono=now, raw={}, models=(), generation_only=dict(snapshot), **common)
+            return
         if result != "success":
             self.failures += 1
             # Logged when the failure starts or changes kind, not on every poll (the
             # message itself may vary: byte counts, addresses).
             if view.up or view.last_result != result:
                 log.warning("target_poll_failed", target=self.target.name, result=result, error=error)
-            self.view = replace(view, up=up, last_error=error, **common)
+            self.view = replace(view, up=False, last_error=error, **common)
             return
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)
@@ -223,7 +234,8 @@ class TargetPoller:
             invariant_violations=view.invariant_violations + violations,
             parse_errors=view.parse_errors + snapshot.malformed_lines + snapshot.duplicate_series,
             series_refused=view.series_refused + refused,
-            raw=engines, models=model_views(self.history, engines, self.settings, self.target.method),
+            raw=engines, generation_only={},
+            models=model_views(self.history, engines, self.settings, self.target.method),
             **common,
         )
 

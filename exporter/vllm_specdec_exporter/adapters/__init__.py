@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .. import config
-from ..model import Snapshot
+from ..model import SeriesKey, Snapshot
 from ..parser import Exposition, ParseError, parse
 from . import vllm_v1
 
@@ -23,15 +23,22 @@ class Adapter(Protocol):
 
     def snapshot(self, exp: Exposition) -> Snapshot | None: ...
 
+    def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]: ...
+
 
 ADAPTERS: tuple[Adapter, ...] = (vllm_v1.ADAPTER,)
 WANTED: frozenset[str] = frozenset(name for a in ADAPTERS for name in a.families)
 
 
 class NoSpecDecodeFamilies(ParseError):
-    def __init__(self) -> None:
+    """Spec decode is off (its families are absent), which is not zero. ``generation``
+    still carries the generation-token counters, so "generating without drafting"
+    stays visible."""
+
+    def __init__(self, generation: dict[SeriesKey, float] | None = None) -> None:
         looked_for = ", ".join(n for a in ADAPTERS for n in a.spec_families)
         super().__init__(f"no speculative-decoding families found (looked for {looked_for}); is spec decode enabled?")
+        self.generation = generation or {}
 
 
 def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES) -> Snapshot:
@@ -41,4 +48,4 @@ def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES
         snap = adapter.snapshot(exp)
         if snap is not None:
             return snap
-    raise NoSpecDecodeFamilies()
+    raise NoSpecDecodeFamilies(next((g for a in ADAPTERS if (g := a.generation_tokens(exp))), {}))

@@ -46,6 +46,9 @@ class VllmV1Adapter:
     spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
     families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS)
 
+    def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
+        return _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), [])
+
     def snapshot(self, exp: Exposition) -> Snapshot | None:
         if not any(exp.samples.get(n) for n in self.spec_families):
             return None
