@@ -78,7 +78,7 @@ async def poll_and_render(polls: int, fake_hour: bool) -> dict:
     poller = app[POLLERS][0]
     times, sizes = [], []
     async with aiohttp.ClientSession() as session:
-        for i in range(polls):
+        for _ in range(polls):
             clock["t"] += 1.0
             start = time.perf_counter()
             await poller.poll_once()

@@ -131,7 +131,7 @@ def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simula
             "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": targets}]}],
         }))
         for t in targets:
-            wait_for(lambda: http_ok(f"http://{t}/metrics"), 30, f"scrape target {t}")
+            wait_for(lambda t=t: http_ok(f"http://{t}/metrics"), 30, f"scrape target {t}")
         es.enter_context(process([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
                                   f"--storage.tsdb.path={tmp / 'tsdb'}",
                                   f"--web.listen-address=127.0.0.1:{prom_port}"], tmp / "prometheus.log"))

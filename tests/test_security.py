@@ -4,7 +4,6 @@ bearer tokens that never leak, request limits, targets only from configuration."
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal

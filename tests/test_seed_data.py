@@ -15,8 +15,8 @@ from seed_records import MODEL, load_records, render_dump
 def records():
     require(SEED_DATA.is_dir(), f"{SEED_DATA}")
     found, left_out = load_records(SEED_DATA)
-    # The seed set holds 60+ measured runs; only one has no post-run counters.
-    assert len(found) >= 60, len(found)
+    # The seed set holds 63 measured runs with counters; only one has no post-run counters.
+    assert len(found) == 63, len(found)
     assert left_out == ["canada-quant__dsv4-flash-nvfp4-fp8-mtp/benchmarks/rtxpro6000/cardb_aime30_c8_thinking.json: no post-run counters"]
     return found
 

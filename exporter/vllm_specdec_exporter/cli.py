@@ -162,7 +162,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    import asyncio
 
     from aiohttp import web
 

@@ -79,7 +79,7 @@ def render_text(summary: dict, title: str) -> str:
         lines += _model_block(model, entry, interval)
         lines.append("")
     warnings = list(summary["warnings"])
-    for model, entry in summary["models"].items():
+    for entry in summary["models"].values():
         warnings += entry["all"]["warnings"]
         for e in entry["engines"].values():
             warnings += e["warnings"]
