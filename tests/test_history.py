@@ -66,3 +66,26 @@ def test_engines_unseen_for_long_are_forgotten():
     h.observe(50, {KEY: c(20)})
     h.observe(200, {KEY: c(30)})
     assert set(h.latest.totals) == {KEY}
+
+
+def test_an_engine_that_returns_after_being_forgotten_does_not_add_its_lifetime():
+    h = TargetHistory(WINDOWS, forget_after=100)
+    other = ("m", "1")
+    h.observe(0, {KEY: c(1000), other: c(500)})
+    for t in range(10, 300, 10):  # engine 1 vanishes long enough to be forgotten
+        h.observe(float(t), {KEY: c(1000 + 10 * t)})
+    h.observe(300, {KEY: c(4000), other: c(900_000)})  # back, with its lifetime count
+    obs = h.observe(310, {KEY: c(4100), other: c(900_100)})
+    assert obs.increments[other].drafts == 100
+    w = h.window("1m")
+    assert w.engines[other].drafts == 100  # not 900,100
+    assert w.engines[KEY].drafts == 4100 - c(3500).drafts
+
+
+def test_a_new_engine_counts_from_its_first_poll():
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: c(100)})
+    obs = h.observe(10, {KEY: c(200), ("m", "1"): c(50)})
+    assert obs.appeared == (("m", "1"),) and ("m", "1") not in obs.increments
+    h.observe(20, {KEY: c(300), ("m", "1"): c(80)})
+    assert h.window("1m").engines[("m", "1")].drafts == 30

@@ -1,7 +1,8 @@
 """Per-target history of counters with time-indexed windows, reset-aware, bounded.
 
 Each poll's counters are folded into running totals per engine that never go down
-(a restart adds the new values, as in ``derive.delta``), so a window's figures are
+(a restart adds the new values, as in ``derive.delta``; an engine's first value is
+not counted), so a window's figures are
 a plain difference between two samples however many restarts happened between
 them. Each window keeps at most ~WINDOW_RESOLUTION samples spaced window/60 apart,
 so memory is bounded whatever the uptime, and the window's start is known to
@@ -60,16 +61,20 @@ class TargetHistory:
             prev = self._last_raw.get(key)
             self._last_seen[key] = t
             self._last_raw[key] = now
-            if prev is None and first_poll:
-                # Counted before we watched: the running total starts here.
+            if prev is None:
+                # Counted before we watched it (at start-up, or an engine seen for the
+                # first time or again after being forgotten): its running total starts
+                # here. As in Prometheus's increase(), a new series' first value is not
+                # an increment: counting it could add an engine's whole lifetime to a
+                # window, while skipping it loses at most one poll interval.
                 self._totals[key] = _zero(now.k, now.generation_tokens is not None)
+                if not first_poll:
+                    appeared.append(key)
                 continue
             inc, reset = delta(prev, now)
             increments[key] = inc
             if reset:
                 restarted.append(key)
-            elif prev is None:
-                appeared.append(key)
             total = self._totals.get(key)
             # k only changes across a restart; a new running total makes the window
             # difference treat it as one (derive.delta compares k).
