@@ -23,6 +23,21 @@ import yaml
 from conftest import cli_path, require
 
 
+def collapse_scenario(at_seconds: int) -> str:
+    """2 engines of healthy DeepSeek-V4-Pro MTP k=2 whose draft head breaks at ``at_seconds``."""
+    return f"""
+description: e2e -- healthy, then the draft head breaks at {at_seconds}s
+model_name: deepseek-ai/DeepSeek-V4-Pro
+engines: 2
+k: 2
+drafts_per_second: 50
+per_position: [0.924, 0.687]
+phases:
+  - at: {at_seconds}s
+    per_position: [0.0357, 0.0008]
+"""
+
+
 def tool(name: str) -> str:
     path = shutil.which(name)
     require(path is not None, f"{name} (make tools installs Debian's prometheus and prometheus-alertmanager)")

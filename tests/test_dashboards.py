@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from conftest import REPO
-from prom_harness import stack, wait_for
+from prom_harness import collapse_scenario, stack, wait_for
 
 sys.path.insert(0, str(REPO / "dashboards"))
 import generate  # noqa: E402
@@ -115,17 +115,7 @@ def test_overview_reads_the_recording_rules_where_they_exist():
         "vllm:inter_token_latency_seconds_bucket"}
 
 
-SCENARIO = """
-description: dashboards e2e -- healthy, then the draft head breaks at 35s
-model_name: deepseek-ai/DeepSeek-V4-Pro
-engines: 2
-k: 2
-drafts_per_second: 50
-per_position: [0.924, 0.687]
-phases:
-  - at: 35s
-    per_position: [0.0357, 0.0008]
-"""
+SCENARIO = collapse_scenario(35)
 
 
 def panel_queries(uid: str) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from sidecar_harness import FakeClock, one, start, values
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, load_scenario, parse_scenario
-from vllm_specdec_exporter.web import POLLERS, create_app
+from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 P = "vllm_specdec"
 HEALTHY_AL = 1 + 0.924 + 0.687
@@ -181,11 +181,21 @@ def test_refused_port_then_back():
     async def go():
         async with hostile_target() as t:
             await t.run_for(60)
+            port = int(t.app[POLLERS][0].target.url.rsplit(":", 1)[1].split("/")[0])
             await t.runner.cleanup()  # nothing listens any more
             assert await t.poll() == "connect_error"
             m = await t.metrics()
             assert one(m, f"{P}_up") == 0 and one(m, f"{P}_exporter_polls_total", result="connect_error") == 1
             assert_sane(m)
+            app = web.Application()  # vLLM comes back on the same port
+            app.router.add_get("/metrics", t.hostile.handle)
+            t.runner = web.AppRunner(app, access_log=None)
+            await t.runner.setup()
+            await start_site(t.runner, "127.0.0.1", port)
+            await t.run_for(65)
+            m = await t.metrics()
+            assert one(m, f"{P}_up") == 1
+            assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
     asyncio.run(go())
 
 

@@ -13,7 +13,7 @@ import yaml
 
 import promtool_cases
 from conftest import REPO
-from prom_harness import Prom, stack, tool, wait_for
+from prom_harness import Prom, collapse_scenario, stack, tool, wait_for
 from vllm_specdec_exporter import rules
 
 ALERTS = REPO / "alerts"
@@ -94,17 +94,7 @@ def test_alertmanager_example_is_valid():
 
 # --- End to end: a real Prometheus, the real exporter, the simulator ---
 
-SCENARIO = """
-description: e2e -- healthy, then the draft head breaks at 30s
-model_name: deepseek-ai/DeepSeek-V4-Pro
-engines: 2
-k: 2
-drafts_per_second: 50
-per_position: [0.924, 0.687]
-phases:
-  - at: 30s
-    per_position: [0.0357, 0.0008]
-"""
+SCENARIO = collapse_scenario(30)
 HEALTHY_AL = 1 + 0.924 + 0.687
 # Short windows and for: so the test takes a minute; the expressions keep their shape.
 E2E_OPTIONS = rules.Options(

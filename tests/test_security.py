@@ -4,6 +4,7 @@ bearer tokens that never leak, request limits, targets only from configuration."
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -190,32 +191,33 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
         assert TOKEN not in text  # ... but the token never appears
 
 
-def test_oversized_request_headers_are_refused_and_the_exporter_goes_on():
+@contextlib.contextmanager
+def plain_exporter():
+    """`serve` on plain HTTP with one unreachable target; yields its base URL once /healthz answers."""
     port = free_port()
     server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", f"127.0.0.1:{port}")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get_ok(f"{base}/healthz", None), 30, "/healthz")
+        yield base
+    finally:
+        server.stop()
+
+
+def test_oversized_request_headers_are_refused_and_the_exporter_goes_on():
+    with plain_exporter() as base:
         status, _ = get(f"{base}/metrics", headers={"X-Junk": "a" * 100_000})
         assert status in (400, 431)
         status, _ = get(f"{base}/metrics?" + "q=" + "b" * 20_000)
         assert status in (400, 414)
         assert get(f"{base}/metrics")[0] == 200
-    finally:
-        server.stop()
 
 
 def test_targets_come_only_from_configuration():
     """No endpoint takes a target: /metrics and the summary ignore any URL a client passes."""
-    port = free_port()
-    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", f"127.0.0.1:{port}")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: get_ok(f"{base}/healthz", None), 30, "/healthz")
+    with plain_exporter() as base:
         body = get(f"{base}/metrics?target=http://169.254.169.254/&url=http://example.com/")[1]
         assert "169.254" not in body and "example.com" not in body
         assert sorted(set(line.split('target="')[1].split('"')[0] for line in body.splitlines()
                           if 'target="' in line)) == ["vllm"]
         assert get(f"{base}/probe?target=http://127.0.0.1:1/")[0] == 404
-    finally:
-        server.stop()
