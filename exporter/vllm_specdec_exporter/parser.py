@@ -81,7 +81,6 @@ class Exposition:
     duplicate_series: int = 0
     issues: list[LineIssue] = field(default_factory=list)  # first few, with line numbers
     openmetrics: bool = False
-    truncated: bool = False  # the payload ends mid-line
     size: int = 0
 
     def issue_messages(self) -> list[str]:
@@ -250,7 +249,6 @@ def parse(
     elif not data.endswith(b"\n"):
         # A payload cut mid-line: its last line may parse as a wrong number
         # (1.561637e+06 cut to 1.5616), so it is never read.
-        exp.truncated = True
         exp.malformed_lines += 1
         limit = data.rfind(b"\n") + 1
         _record(exp, data, limit, "payload ends mid-line (truncated?); its last line ignored")

@@ -22,7 +22,7 @@ from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import classify, match_profile
 from .history import TargetHistory
-from .model import Counters, SeriesKey
+from .model import Counters, SeriesKey, Snapshot
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import BaselineProfile, Settings, Target
 from .sources import SourceError, fetch_metrics, redact_url
@@ -154,6 +154,7 @@ class TargetPoller:
         """One poll; returns the result word (also counted in polls_total)."""
         started = self.mono()
         snapshot = None
+        generation: dict = {}  # spec decode off: vLLM's generation counters only
         error = None
         try:
             body = await fetch_metrics(
@@ -167,17 +168,18 @@ class TargetPoller:
         except NotPrometheusText as e:
             result, error = "not_prometheus", str(e)
         except NoSpecDecodeFamilies as e:
-            result, error, snapshot = "no_spec_decode", str(e), e.generation
+            result, error, generation = "no_spec_decode", str(e), e.generation
         except SourceError as e:
             result, error = e.kind, str(e)
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
             result, error = "error", f"{type(e).__name__}: {e}"
             log.exception("poll_failed_unexpectedly", target=self.target.name)
         duration = self.mono() - started
-        self._record(result, error, duration, snapshot)
+        self._record(result, error, duration, snapshot, generation)
         return result
 
-    def _record(self, result: str, error: str | None, duration: float, snapshot) -> None:
+    def _record(self, result: str, error: str | None, duration: float, snapshot: Snapshot | None,
+                generation: Mapping[SeriesKey, float]) -> None:
         view = self.view
         self._polls[result] = self._polls.get(result, 0) + 1
         for i, bound in enumerate(POLL_DURATION_BUCKETS):
@@ -195,7 +197,7 @@ class TargetPoller:
             self.failures = 0
             now = self.mono()
             self.view = replace(view, up=True, last_error=error, last_success_wall=self.wall(),
-                                last_success_mono=now, raw={}, models=(), generation_only=dict(snapshot), **common)
+                                last_success_mono=now, raw={}, models=(), generation_only=dict(generation), **common)
             return
         if result != "success":
             self.failures += 1
@@ -226,6 +228,8 @@ class TargetPoller:
                 self._warn_once(f"invariant violated in the last poll: {message}")
         for key in observation.restarted:
             log.info("counter_reset", target=self.target.name, series=series_name(key))
+        for key in observation.appeared:
+            log.info("engine_appeared", target=self.target.name, series=series_name(key))
         for message in snapshot.warnings:
             self._warn_once(message)
         self.view = replace(
