@@ -1,16 +1,24 @@
 # vllm-specdec-exporter: a small, non-root image that runs with a read-only root
 # filesystem. Build: docker build -t vllm-specdec-exporter .
-FROM python:3.11-slim AS build
+# The base image is pinned by digest (python:3.11.16-slim-bookworm, index digest from
+# docker-library/repo-info) and the dependencies by hash (requirements.lock), so two
+# builds of one commit install the same bytes.
+ARG BASE=python:3.11.16-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
+FROM ${BASE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY requirements.lock pyproject.toml README.md ./
 COPY exporter ./exporter
-# Wheels for the package and its runtime dependencies only (no test tooling).
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Runtime dependencies from the hash-pinned lock (no test tooling), then the
+# package itself without re-resolving them.
+RUN pip download --no-cache-dir --require-hashes --dest /wheels -r requirements.lock \
+    && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${BASE}
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels vllm-specdec-exporter \
-    && rm -rf /wheels
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir --no-index --find-links=/wheels --require-hashes -r /tmp/requirements.lock \
+    && pip install --no-cache-dir --no-index --no-deps --find-links=/wheels vllm-specdec-exporter \
+    && rm -rf /wheels /tmp/requirements.lock
 # Nothing is written at run time: no .pyc, no temp files, no home directory.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
