@@ -1,4 +1,4 @@
-"""Shared fixtures: the real vLLM payloads and seed data live in ../shared."""
+"""Fixtures shared by the tests: the vLLM payloads and seed records live in tests/fixtures (see its README)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ settings.register_profile("fuzz", max_examples=20_000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-PAYLOADS = SHARED / "payloads"
-SEED_DATA = SHARED / "seed_data"
+FIXTURES = REPO / "tests" / "fixtures"
+PAYLOADS = FIXTURES / "payloads"
+SEED_RECORDS = FIXTURES / "seed_records.json"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -36,9 +36,8 @@ def require(condition: bool, what: str) -> None:
 
 @pytest.fixture(scope="session")
 def payloads() -> dict[str, bytes]:
-    require(PAYLOADS.is_dir(), f"{PAYLOADS}")
     found = {p.name: p.read_bytes() for p in sorted(PAYLOADS.glob("*.prom"))}
-    require(len(found) >= 3, f"the three vLLM payloads in {PAYLOADS}")
+    assert len(found) == 3, f"expected the three vLLM payloads in {PAYLOADS}, found {sorted(found)}"
     return found
 
 

@@ -1,4 +1,7 @@
-"""Before/after counters and measured acceptance recorded in ../shared/seed_data.
+"""Before/after counters and measured acceptance recorded on real DeepSeek-V4 deployments.
+
+The recorded fields live in tests/fixtures/seed_records.json (copied verbatim from
+the seed data; provenance in tests/fixtures/README.md).
 
 Each record becomes two real /metrics dumps rendered by prometheus_client exactly
 as vLLM renders them (counters with ``_created``), so ``diff`` is tested end to end
@@ -64,8 +67,7 @@ def _from_vllm_bench(name: str, d: dict) -> Record:
     )
 
 
-def _from_metrics_txt(name: str, path: Path) -> Record:
-    kv = dict(line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line)
+def _from_metrics_txt(name: str, kv: dict) -> Record:
     f = lambda k: float(kv[k])  # noqa: E731
     # k=1 run: draft tokens == drafts; the file records drafts, accepted and pos0.
     before = _counters(f("pre_draft"), f("pre_draft"), f("pre_accepted"), [f("pre_pos0")])
@@ -82,19 +84,15 @@ def _from_workload(name: str, d: dict) -> list[Record]:
     ]
 
 
-def load_records(seed_dir: Path) -> tuple[list[Record], list[str]]:
-    """Every record with counters and a measured acceptance, and the files left out (with why)."""
+def load_records(path: Path) -> tuple[list[Record], list[str]]:
+    """Every record with counters and a measured acceptance, and the runs left out (with why)."""
     records: list[Record] = []
     left_out: list[str] = []
-    for path in sorted(seed_dir.rglob("*")):
-        name = str(path.relative_to(seed_dir))
-        if path.name.endswith("_metrics.txt"):
-            records.append(_from_metrics_txt(name, path))
-            continue
-        if path.suffix != ".json":
-            continue
-        d = json.loads(path.read_text())
-        if "spec_decode_num_drafts" in d:
+    for d in json.loads(path.read_text()):
+        name = d["source"]
+        if "metrics_txt" in d:
+            records.append(_from_metrics_txt(name, d["metrics_txt"]))
+        elif "spec_decode_num_drafts" in d:
             records.append(_from_vllm_bench(name, d))
         elif "mtp_delta" in d:
             rec = _from_mtp_delta(name, d)
@@ -104,6 +102,8 @@ def load_records(seed_dir: Path) -> tuple[list[Record], list[str]]:
                 records.append(rec)
         elif "buckets" in d:
             records.extend(_from_workload(name, d))
+        else:
+            raise ValueError(f"{path}: {name}: no recorded counters")
     return records, left_out
 
 

@@ -6,15 +6,14 @@ import json
 
 import pytest
 
-from conftest import SEED_DATA, require
+from conftest import SEED_RECORDS
 from vllm_specdec_exporter.cli import main
 from seed_records import MODEL, load_records, render_dump
 
 
 @pytest.fixture(scope="module")
 def records():
-    require(SEED_DATA.is_dir(), f"{SEED_DATA}")
-    found, left_out = load_records(SEED_DATA)
+    found, left_out = load_records(SEED_RECORDS)
     # The seed set holds 63 measured runs with counters; only one has no post-run counters.
     assert len(found) == 63, len(found)
     assert left_out == ["canada-quant__dsv4-flash-nvfp4-fp8-mtp/benchmarks/rtxpro6000/cardb_aime30_c8_thinking.json: no post-run counters"]
