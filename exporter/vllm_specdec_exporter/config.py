@@ -7,6 +7,8 @@ new threshold is a one-line change that every artefact picks up.
 
 from __future__ import annotations
 
+import re
+
 # --- What vLLM V1 exposes (sample names exactly as they appear on the wire) ---
 VLLM_V1_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_V1_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -33,20 +35,39 @@ INVARIANT_RELATIVE_TOLERANCE = 1e-9
 # --- Terminal rendering ---
 BAR_WIDTH = 30
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Prometheus's duration grammar (model.ParseDuration): integer amounts, units in
+# descending order, each at most once: 500ms, 90s, 1m30s, 1h, 1d, 1w, 1y.
+_DURATION_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0),
+                   ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+_DURATION_RE = re.compile("".join(rf"(?:(\d+){u})?" for u, _ in _DURATION_UNITS))
 
 
-def parse_duration(text: str) -> float:
-    """'500ms', '60s', '5m', '1h', '1d' or plain seconds -> seconds (> 0)."""
+def parse_duration(text: object) -> float:
+    """A Prometheus duration ('500ms', '1m30s', '5m', '1w') -> seconds (> 0)."""
     raw = str(text).strip()
-    unit = next((u for u in ("ms", "s", "m", "h", "d") if raw.endswith(u)), "")
+    m = _DURATION_RE.fullmatch(raw) if raw else None
+    if m is None and raw != "0":
+        raise ValueError(f"{text!r} is not a duration (Prometheus form, e.g. 500ms, 1m30s, 5m, 1h)")
     try:
-        value = float(raw[: len(raw) - len(unit)]) * _DURATION_UNITS.get(unit, 1.0)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 60s, 5m, 1h)") from None
-    if not value > 0 or value == float("inf"):
+        value = sum(int(n) * unit for n, (_, unit) in zip(m.groups(), _DURATION_UNITS) if n) if m else 0.0
+    except OverflowError:
+        value = float("inf")
+    if value == float("inf"):
+        raise ValueError(f"{text!r} is too long a duration")
+    if not value > 0:
         raise ValueError(f"{text!r} is not a positive duration")
     return value
+
+
+def format_duration(seconds: float) -> str:
+    """The canonical Prometheus spelling of a duration: 300 -> '5m', 90 -> '1m30s'."""
+    ms = round(seconds * 1000)
+    parts = []
+    for unit, size in _DURATION_UNITS:
+        n, ms = divmod(ms, round(size * 1000))
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---
 DEFAULT_LISTEN_ADDRESS = ":9746"  # unassigned in the Prometheus default-port list
