@@ -144,11 +144,11 @@ def _serve(args: argparse.Namespace) -> int:
     from . import logs
     from .settings import ConfigError, load_settings
     from .web import serve
-    from .webconfig import load_web_config
+    from .webconfig import LiveWebConfig
 
     try:
         settings = load_settings(vars(args))
-        web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
+        web_config = LiveWebConfig(settings.web_config_file) if settings.web_config_file else None
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

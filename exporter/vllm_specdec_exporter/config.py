@@ -109,6 +109,26 @@ LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
 
+# --- The sidecar's own server: slow and hostile clients (README: "TLS, basic auth and secrets") ---
+# A new connection must finish its TLS handshake and first request headers in this
+# long (Prometheus sends them in one packet); then an idle keep-alive connection may
+# wait this long for its next complete request (above Prometheus's 1m default scrape
+# interval, so scrapes reuse their connection).
+HEADER_TIMEOUT_SECONDS = 5.0
+IDLE_TIMEOUT_SECONDS = 75.0
+# Concurrent connections; also kept below the open-file limit minus a reserve for
+# polls and files, so accept() never runs out of descriptors. At the cap the quietest
+# connection (one still sending headers first) is closed, so a probe always gets in.
+MAX_CONNECTIONS = 512
+FD_RESERVE = 64
+ACCEPT_ERROR_LOG_INTERVAL_SECONDS = 10.0
+# Basic auth: bcrypt (~0.1 s at cost 10) on this many threads, off the event loop;
+# successful checks cached (LRU) so scrapes do not pay it each time.
+BCRYPT_WORKERS = 1
+AUTH_CACHE_SIZE = 100
+# The web config and the files it names are looked at no more often than this.
+WEB_CONFIG_CHECK_SECONDS = 1.0
+
 # --- Recording rules and alerts (alerts/*.yaml are generated from these) ---
 # Windows the rules record; the key is the name suffix, the value the PromQL range.
 RULE_WINDOWS = ("5m", "30m", "1h")

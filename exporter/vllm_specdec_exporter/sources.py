@@ -60,7 +60,14 @@ async def fetch_metrics(
             url,
             timeout=aiohttp.ClientTimeout(total=timeout),
             headers={"Accept": ACCEPT, **(headers or {})},
+            # Redirects are never followed: a target could send the poller to any
+            # host (a cloud metadata endpoint) and its answer would end up on the
+            # landing page and in the logs. Use the final URL in the config.
+            allow_redirects=False,
         ) as resp:
+            if 300 <= resp.status < 400:
+                raise SourceError(f"{shown} answered HTTP {resp.status} (a redirect; redirects are not followed: "
+                                  "configure the final URL)", "http_error")
             if resp.status != 200:
                 raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip(), "http_error")
             if resp.content_length is not None and resp.content_length > max_bytes:

@@ -19,14 +19,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from . import __version__
+from . import __version__, config
 from .collector import SpecDecodeCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
+from .server import GuardedSite, Limits, open_file_limit
 from .service import TargetPoller, TargetView
 from .settings import Settings
 from .summary import summarize
-from .webconfig import WebConfig, auth_middleware
+from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 
 # Above the default 128: a burst of scrapes (many Prometheus replicas, a load
 # test) must not overflow the accept queue into 1 s SYN retransmits.
@@ -40,10 +41,16 @@ READY = web.AppKey("ready", dict)
 
 def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
                wall: Callable[[], float] = time.time, start_polling: bool = True,
-               web_config: WebConfig | None = None) -> web.Application:
+               web_config: LiveWebConfig | None = None) -> web.Application:
     # aiohttp's own request limits stand: 8 KiB request line and header fields, 1 MiB body.
-    middlewares = [auth_middleware(web_config)] if web_config and web_config.users else []
+    # The auth middleware is there whenever a web config is: a reload may add users.
+    authenticator = Authenticator() if web_config else None
+    middlewares = [auth_middleware(web_config, authenticator, mono)] if web_config else []
     app = web.Application(middlewares=middlewares)
+    if authenticator:
+        async def close_authenticator(app: web.Application) -> None:
+            authenticator.close()
+        app.on_cleanup.append(close_authenticator)
     app[SETTINGS] = settings
     app[MONO] = mono
     app[POLLERS] = []
@@ -193,14 +200,17 @@ Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
     return web.Response(text=page, content_type="text/html")
 
 
-async def start_site(runner: web.AppRunner, host: str | None, port: int, ssl_context=None) -> tuple[web.TCPSite, int]:
-    """Start ``runner`` on host:port; returns the site and the bound port (useful with port 0)."""
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
+async def start_site(runner: web.AppRunner, host: str | None, port: int, web_config: LiveWebConfig | None = None,
+                     limits: Limits = Limits()) -> tuple[GuardedSite, int]:
+    """Start ``runner`` on host:port; returns the site and the bound port (useful with port 0).
+    TLS comes from the web config's current state, per connection (server.py)."""
+    site = GuardedSite(runner, host, port, backlog=LISTEN_BACKLOG, limits=limits,
+                       web_config=web_config.current if web_config else None)
     await site.start()
     return site, site._server.sockets[0].getsockname()[1]
 
 
-async def serve(settings: Settings, stop: asyncio.Event | None = None, web_config: WebConfig | None = None) -> None:
+async def serve(settings: Settings, stop: asyncio.Event | None = None, web_config: LiveWebConfig | None = None) -> None:
     """Run until SIGTERM/SIGINT (or ``stop``), then shut down with no task left behind."""
     import signal
 
@@ -211,13 +221,17 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Connections stay below the open-file limit, a reserve kept for the polls.
+    fit = open_file_limit(config.FD_RESERVE + 2 * len(settings.targets))
+    limits = Limits(max_connections=max(8, min(config.MAX_CONNECTIONS, fit)))
     runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
-                           handle_signals=False)
+                           handle_signals=False, keepalive_timeout=config.IDLE_TIMEOUT_SECONDS)
     await runner.setup()
-    _, port = await start_site(runner, settings.listen_host or None, settings.listen_port,
-                               web_config.ssl_context if web_config else None)
+    _, port = await start_site(runner, settings.listen_host or None, settings.listen_port, web_config, limits)
+    current = web_config.current() if web_config else None
     log.info("listening", address=f"{settings.listen_host or '0.0.0.0'}:{port}",
-             tls=bool(web_config and web_config.ssl_context), basic_auth=bool(web_config and web_config.users),
+             tls=bool(current and current.ssl_context), basic_auth=bool(current and current.users),
+             max_connections=limits.max_connections,
              targets=[t.name for t in settings.targets], windows=[w for w, _ in settings.windows])
     try:
         await stop.wait()

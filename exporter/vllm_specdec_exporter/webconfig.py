@@ -1,78 +1,165 @@
 """TLS and basic auth for the exporter's own endpoints, in the Prometheus
-exporter-toolkit web-config file format (``--web.config.file``):
+exporter-toolkit web-config file format (``--web.config.file``), with its semantics
+(github.com/prometheus/exporter-toolkit, web/tls_config.go and web/handler.go):
 
     tls_server_config:
-      cert_file: server.crt
+      cert_file: server.crt                          # or cert: <PEM> inline is refused (see below)
       key_file: server.key
-      client_auth_type: RequireAndVerifyClientCert   # optional
-      client_ca_file: ca.crt                         # with a Verify* client_auth_type
+      client_auth_type: RequireAndVerifyClientCert   # NoClientCert (default), RequestClientCert,
+                                                     # RequireAnyClientCert, VerifyClientCertIfGiven
+      client_ca_file: ca.crt                         # or client_ca: <PEM>
+      client_allowed_sans: [prometheus.monitoring]   # the client cert must carry one of these SANs
       min_version: TLS12                             # TLS12 (default) or TLS13
+      max_version: TLS13                             # TLS12 or TLS13 (default)
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # Go names; TLS 1.3 suites as in Go: fixed
+      prefer_server_cipher_suites: true              # default true
+      curve_preferences: [X25519, CurveP256]
+    http_server_config:
+      headers: {X-Frame-Options: deny}               # the toolkit's five security headers
+      http2: false                                   # this server speaks HTTP/1.1 only: true is refused
+    rate_limit: {interval: 100ms, burst: 10}         # token bucket, 429 beyond it
     basic_auth_users:
       prometheus: $2y$10$...                         # bcrypt hashes, as htpasswd -B makes
 
-/healthz and /readyz stay open: a kubelet probe carries no password, and neither
-says anything about vLLM.
+Anything the exporter cannot honour is a config error naming the key, never ignored.
+The file and every file it names are re-read when they change (checked at most once
+a second, on new connections and requests): new connections get the new
+certificate, open ones keep theirs. A broken edit keeps the last good config and is
+logged. /healthz and /readyz stay open: a kubelet probe carries no password, and
+neither says anything about vLLM.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import ctypes
 import hashlib
 import hmac
+import os
+import secrets
 import ssl
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import bcrypt
+import structlog
 import yaml
 from aiohttp import web
 
+from . import config
 from .settings import ConfigError
 
+log = structlog.get_logger("vllm_specdec_exporter")
+
+# exporter-toolkit name -> (OpenSSL verify flags, verify the chain against client_ca_file)
 CLIENT_AUTH = {
-    "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    "NoClientCert": (ssl.CERT_NONE, False),
+    "RequestClientCert": (ssl.CERT_OPTIONAL, False),
+    "RequireAnyClientCert": (ssl.CERT_REQUIRED, False),
+    "RequireClientCert": (ssl.CERT_REQUIRED, False),  # the toolkit's old name for RequireAnyClientCert
+    "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
+    "RequireAndVerifyClientCert": (ssl.CERT_REQUIRED, True),
 }
+# TLS 1.0/1.1: OpenSSL 3's default security level refuses them whatever the config says.
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+# Go's tls.CipherSuites() names -> OpenSSL names. The three TLS 1.3 suites are accepted
+# and, as in Go, change nothing: TLS 1.3 suites are not configurable there either.
+CIPHERS = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+}
+CURVES = {"CurveP256": "P-256", "CurveP384": "P-384", "CurveP521": "P-521", "X25519": "X25519"}
+# The toolkit's configurable response headers; a list holds the only valid values.
+HEADERS: dict[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (), "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"), "X-XSS-Protection": (), "Content-Security-Policy": (),
+}
+TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "client_ca", "client_allowed_sans",
+            "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-_CACHE_LIMIT = 256
 
 
-@dataclass
+@dataclass(frozen=True)
 class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     users: Mapping[str, bytes] = field(default_factory=dict)
-    # bcrypt costs ~0.1 s by design: remember verified credentials (by digest, never in clear).
-    _verified: dict[bytes, bool] = field(default_factory=dict)
-
-    def check(self, header: str | None) -> bool:
-        if not self.users:
-            return True
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        digest = hashlib.sha256(f"{user}\0{password}".encode()).digest()
-        for known, ok in self._verified.items():
-            if hmac.compare_digest(known, digest):
-                return ok
-        ok = bcrypt.checkpw(password.encode(), hashed)
-        if len(self._verified) < _CACHE_LIMIT:
-            self._verified[digest] = ok
-        return ok
+    # An unknown user is checked against this (same cost as the real hashes), so
+    # that the answer takes as long as for a known user: no user names by timing.
+    fake_hash: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    rate_limit: tuple[float, int] | None = None  # (seconds between requests, burst)
+    allowed_sans: frozenset[str] | None = None
+    files: tuple[str, ...] = ()  # everything read: re-read when one changes
 
 
-def _file(key: str, value, base: Path) -> str:
+# --- OpenSSL settings Python's ssl module has no API for -----------------------------
+
+def _libssl():
+    import _ssl
+    lib = ctypes.CDLL(_ssl.__file__)  # resolves libssl's symbols through _ssl's own link
+    lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
+    lib.SSL_CTX_get_options.argtypes = [ctypes.c_void_p]
+    lib.SSL_CTX_get_options.restype = ctypes.c_uint64
+    lib.SSL_CTX_set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+    lib.SSL_CTX_ctrl.restype = ctypes.c_long
+    return lib
+
+
+_VERIFY_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+_ACCEPT_ANY = _VERIFY_CB(lambda preverify_ok, store: 1)  # module-level: must outlive every context
+_SSL_CTRL_SET_GROUPS_LIST = 92
+
+
+def _ssl_ctx(ctx: ssl.SSLContext, key: str):
+    """The context's SSL_CTX*, checked against what Python reports before anything is set through it."""
+    try:
+        lib = _libssl()
+        ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+        ok = ptr and lib.SSL_CTX_get_options(ptr) == ctx.options and lib.SSL_CTX_get_verify_mode(ptr) == {
+            ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}[ctx.verify_mode]
+    except (OSError, AttributeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(key, "cannot be honoured with this Python build's ssl module")
+    return lib, ptr
+
+
+def _accept_any_client_cert(ctx: ssl.SSLContext, required: bool) -> None:
+    """Request (or require) a client certificate and accept it unverified, as Go's
+    RequestClientCert / RequireAnyClientCert do: Python's ssl can only request one
+    it then verifies."""
+    lib, ptr = _ssl_ctx(ctx, "tls_server_config.client_auth_type")
+    lib.SSL_CTX_set_verify(ptr, 1 | (2 if required else 0), ctypes.cast(_ACCEPT_ANY, ctypes.c_void_p))
+
+
+def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
+    lib, ptr = _ssl_ctx(ctx, "tls_server_config.curve_preferences")
+    groups = ":".join(CURVES[n] for n in names).encode()
+    if lib.SSL_CTX_ctrl(ptr, _SSL_CTRL_SET_GROUPS_LIST, 0, groups) != 1:
+        raise ConfigError("tls_server_config.curve_preferences", f"OpenSSL refused {names}")
+
+
+# --- Loading ------------------------------------------------------------------------
+
+def _path(key: str, value, base: Path) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(key, "must be a file path")
     path = (base / value) if not Path(value).is_absolute() else Path(value)
@@ -81,60 +168,303 @@ def _file(key: str, value, base: Path) -> str:
     return str(path)
 
 
+def _names(key: str, value, valid: Mapping) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "expected a non-empty list")
+    for name in value:
+        if name not in valid:
+            raise ConfigError(key, f"unknown {name!r} (valid: {', '.join(valid)})")
+    return value
+
+
+def _version(tls: dict, key: str, default: str) -> ssl.TLSVersion:
+    value = tls.get(key, default)
+    if value not in TLS_VERSIONS:
+        raise ConfigError(f"tls_server_config.{key}", f"{value!r} is not one of TLS12, TLS13 (OpenSSL here refuses "
+                                                      "TLS 1.0 and 1.1)")
+    return TLS_VERSIONS[value]
+
+
+def _tls_context(tls, base: Path, files: list[str]) -> tuple[ssl.SSLContext, frozenset[str] | None]:
+    if not isinstance(tls, dict):
+        raise ConfigError("tls_server_config", "expected a mapping")
+    for k in tls:
+        if k not in TLS_KEYS:
+            hint = "; put the PEM in a file and use cert_file/key_file" if k in ("cert", "key") else ""
+            raise ConfigError(f"tls_server_config.{k}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = _version(tls, "min_version", "TLS12")
+    ctx.maximum_version = _version(tls, "max_version", "TLS13")
+    if ctx.minimum_version > ctx.maximum_version:
+        raise ConfigError("tls_server_config.min_version", "is above max_version")
+    cert = _path("tls_server_config.cert_file", tls.get("cert_file"), base)
+    key = _path("tls_server_config.key_file", tls.get("key_file"), base)
+    files += [cert, key]
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as e:  # never quote the files: one of them is a private key
+        raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({e.reason})") from None
+    auth = tls.get("client_auth_type", "NoClientCert")
+    if auth not in CLIENT_AUTH:
+        raise ConfigError("tls_server_config.client_auth_type", f"{auth!r} is not one of {', '.join(CLIENT_AUTH)}")
+    mode, verify = CLIENT_AUTH[auth]
+    has_ca = "client_ca_file" in tls or "client_ca" in tls
+    if has_ca and mode == ssl.CERT_NONE:
+        raise ConfigError("tls_server_config.client_ca_file", "set without a client_auth_type that asks for a client "
+                                                              "certificate")
+    if verify and not has_ca:
+        # exporter-toolkit would fall back to the system roots: any publicly issued
+        # certificate would pass. Stricter here.
+        raise ConfigError("tls_server_config.client_ca_file", f"required with client_auth_type {auth}")
+    try:
+        if "client_ca_file" in tls:
+            files.append(_path("tls_server_config.client_ca_file", tls["client_ca_file"], base))
+            ctx.load_verify_locations(cafile=files[-1])
+        elif "client_ca" in tls:
+            ctx.load_verify_locations(cadata=str(tls["client_ca"]))
+    except ssl.SSLError as e:
+        raise ConfigError("tls_server_config.client_ca_file", f"cannot load the CA certificates ({e.reason})") from None
+    ctx.verify_mode = mode
+    if mode != ssl.CERT_NONE and not verify:
+        _accept_any_client_cert(ctx, required=mode == ssl.CERT_REQUIRED)
+    if "cipher_suites" in tls:
+        wanted = [CIPHERS[n] for n in _names("tls_server_config.cipher_suites", tls["cipher_suites"], CIPHERS)]
+        tls12 = [n for n in wanted if n]
+        if tls12:
+            ctx.set_ciphers(":".join(tls12))
+        else:  # only TLS 1.3 suites listed: as in Go, no TLS 1.2 handshake can succeed
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    prefer = tls.get("prefer_server_cipher_suites", True)
+    if not isinstance(prefer, bool):
+        raise ConfigError("tls_server_config.prefer_server_cipher_suites", "must be true or false")
+    ctx.options = (ctx.options | ssl.OP_CIPHER_SERVER_PREFERENCE) if prefer else \
+        (ctx.options & ~ssl.OP_CIPHER_SERVER_PREFERENCE)
+    if "curve_preferences" in tls:
+        _set_curves(ctx, _names("tls_server_config.curve_preferences", tls["curve_preferences"], CURVES))
+    sans = tls.get("client_allowed_sans")
+    if sans is not None:
+        if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
+            raise ConfigError("tls_server_config.client_allowed_sans", "expected a list of strings")
+        if mode == ssl.CERT_NONE:
+            raise ConfigError("tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a "
+                                                                       "client certificate")
+    return ctx, None if sans is None else frozenset(sans)
+
+
+def _http_server_config(http) -> dict[str, str]:
+    if not isinstance(http, dict):
+        raise ConfigError("http_server_config", "expected a mapping")
+    for k, v in http.items():
+        if k == "http2":
+            if v is not False:
+                raise ConfigError("http_server_config.http2", "this exporter serves HTTP/1.1 only: set false or "
+                                                              "leave it out")
+        elif k != "headers":
+            raise ConfigError(f"http_server_config.{k}", "unknown key (valid: headers, http2)")
+    headers = http.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ConfigError("http_server_config.headers", "expected a mapping of header: value")
+    for name, value in headers.items():
+        if name not in HEADERS:
+            raise ConfigError(f"http_server_config.headers.{name}", f"cannot be configured (valid: {', '.join(HEADERS)})")
+        if HEADERS[name] and value not in HEADERS[name]:
+            raise ConfigError(f"http_server_config.headers.{name}", f"{value!r} is not one of {', '.join(HEADERS[name])}")
+    return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
+
+
+def _rate_limit(rate) -> tuple[float, int] | None:
+    if not isinstance(rate, dict) or set(rate) - {"interval", "burst"}:
+        raise ConfigError("rate_limit", "expected a mapping with interval and burst")
+    interval = rate.get("interval", 0)
+    if interval in (0, "0", "0s"):
+        return None  # as in the toolkit: interval 0 turns the limiter off
+    try:
+        seconds = config.parse_duration(interval)
+    except ValueError as e:
+        raise ConfigError("rate_limit.interval", str(e)) from None
+    burst = rate.get("burst", 0)
+    if not isinstance(burst, int) or isinstance(burst, bool) or burst < 1:
+        raise ConfigError("rate_limit.burst", "must be an integer >= 1")
+    return seconds, burst
+
+
+_FAKE_HASHES: dict[bytes, bytes] = {}
+
+
+def _fake_hash(cost: bytes) -> bytes:
+    if cost not in _FAKE_HASHES:
+        _FAKE_HASHES[cost] = bcrypt.hashpw(secrets.token_bytes(16), b"$2b$" + cost + b"$" + bcrypt.gensalt()[7:])
+    return _FAKE_HASHES[cost]
+
+
 def load_web_config(path: str) -> WebConfig:
     key = "--web.config.file"
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(key, f"no such file: {path}") from None
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(key, f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        first = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
+        raise ConfigError(key, f"cannot read {path}: {first}") from None  # never quote the file: it may hold a key
     if not isinstance(data, dict):
         raise ConfigError(key, "expected a mapping with tls_server_config and/or basic_auth_users")
+    valid = ("tls_server_config", "http_server_config", "rate_limit", "basic_auth_users")
     for k in data:
-        if k not in ("tls_server_config", "basic_auth_users", "http_server_config"):
-            raise ConfigError(f"web config {k}", "unknown key (valid: tls_server_config, basic_auth_users)")
+        if k not in valid:
+            raise ConfigError(f"web config {k}", f"unknown key (valid: {', '.join(valid)})")
     base = Path(path).parent
-    config = WebConfig()
-    tls = data.get("tls_server_config")
-    if tls:
-        allowed = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version")
-        for k in tls:
-            if k not in allowed:
-                raise ConfigError(f"tls_server_config.{k}", f"unknown key (valid: {', '.join(allowed)})")
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        version = tls.get("min_version", "TLS12")
-        if version not in TLS_VERSIONS:
-            raise ConfigError("tls_server_config.min_version", f"{version!r} is not one of TLS12, TLS13")
-        ctx.minimum_version = TLS_VERSIONS[version]
-        try:
-            ctx.load_cert_chain(_file("tls_server_config.cert_file", tls.get("cert_file"), base),
-                                _file("tls_server_config.key_file", tls.get("key_file"), base))
-        except ssl.SSLError as e:
-            raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key: {e}") from None
-        auth = tls.get("client_auth_type", "NoClientCert")
-        if auth not in CLIENT_AUTH:
-            raise ConfigError("tls_server_config.client_auth_type", f"{auth!r} is not one of {', '.join(CLIENT_AUTH)}")
-        ctx.verify_mode = CLIENT_AUTH[auth]
-        if "Verify" in auth:
-            ctx.load_verify_locations(_file("tls_server_config.client_ca_file", tls.get("client_ca_file"), base))
-        config.ssl_context = ctx
-    users = data.get("basic_auth_users") or {}
-    if not isinstance(users, dict):
+    files = [str(Path(path))]
+    ctx, sans = (None, None)
+    if data.get("tls_server_config"):
+        ctx, sans = _tls_context(data["tls_server_config"], base, files)
+    headers = _http_server_config(data["http_server_config"]) if data.get("http_server_config") else {}
+    rate = _rate_limit(data["rate_limit"]) if data.get("rate_limit") else None
+    users_in = data.get("basic_auth_users") or {}
+    if not isinstance(users_in, dict):
         raise ConfigError("basic_auth_users", "expected a mapping of user: bcrypt hash")
-    for user, hashed in users.items():
-        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-            raise ConfigError(f"basic_auth_users.{user}", "must be a bcrypt hash (htpasswd -nB, or python -c "
-                                                           "'import bcrypt; print(bcrypt.hashpw(b\"pw\", bcrypt.gensalt()))')")
-        config.users = {**config.users, str(user): hashed.replace("$2y$", "$2b$", 1).encode()}
-    return config
+    users = {}
+    for user, hashed in users_in.items():
+        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
+            raise ConfigError(f"basic_auth_users.{user}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
+        users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
+    fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
+    return WebConfig(ssl_context=ctx, users=users, fake_hash=fake, headers=headers, rate_limit=rate,
+                     allowed_sans=sans, files=tuple(files))
 
 
-def auth_middleware(config: WebConfig):
+def _signature(files) -> tuple:
+    out = []
+    for f in files:
+        try:
+            st = os.stat(f)  # follows symlinks: a Kubernetes Secret swaps its ..data link
+            out.append((f, st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((f, None))
+    return tuple(out)
+
+
+class LiveWebConfig:
+    """The web config, re-read when the file or any file it names changes.
+
+    ``current()`` is called for every new connection and request; it looks at the
+    files at most once per ``config.WEB_CONFIG_CHECK_SECONDS``. A failed reload keeps
+    the last good config and logs the error once per distinct error."""
+
+    def __init__(self, path: str, mono: Callable[[], float] = time.monotonic):
+        self.path = path
+        self.mono = mono
+        self.config = load_web_config(path)
+        self._signature = _signature(self.config.files)
+        self._checked = mono()
+        self._last_error: str | None = None
+
+    def current(self) -> WebConfig:
+        now = self.mono()
+        if now - self._checked >= config.WEB_CONFIG_CHECK_SECONDS:
+            self._checked = now
+            signature = _signature(self.config.files)
+            if signature != self._signature:
+                self._reload(signature)
+        return self.config
+
+    def _reload(self, signature: tuple) -> None:
+        try:
+            new = load_web_config(self.path)
+        except ConfigError as e:
+            if str(e) != self._last_error:
+                self._last_error = str(e)
+                log.error("web_config_reload_failed", error=str(e), keeping="the last good config")
+            return
+        self._last_error = None
+        self.config = new
+        self._signature = _signature(new.files)
+        log.info("web_config_reloaded", tls=bool(new.ssl_context), basic_auth=bool(new.users))
+
+
+# --- Basic auth -----------------------------------------------------------------------
+
+class Authenticator:
+    """Basic-auth checks with bcrypt on a small thread pool, never on the event loop.
+
+    Only successes are cached (an LRU of HMAC digests under a per-process key, never
+    the password): a flood of wrong passwords cannot fill the cache, and every wrong
+    password costs the attacker a full bcrypt."""
+
+    def __init__(self, workers: int = config.BCRYPT_WORKERS, cache_size: int = config.AUTH_CACHE_SIZE):
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bcrypt")
+        self._key = secrets.token_bytes(32)
+        self._ok: OrderedDict[bytes, None] = OrderedDict()
+        self._size = cache_size
+
+    async def check(self, cfg: WebConfig, header: str | None) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        known = user in cfg.users
+        hashed = cfg.users.get(user, cfg.fake_hash)
+        digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password.encode())), hashlib.sha256).digest()
+        if digest in self._ok:
+            self._ok.move_to_end(digest)
+            return True
+        loop = asyncio.get_running_loop()
+        ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, password.encode(), hashed) and known
+        if ok:
+            self._ok[digest] = None
+            while len(self._ok) > self._size:
+                self._ok.popitem(last=False)
+        return ok
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Bucket:
+    """A token bucket: ``burst`` requests at once, then one per ``interval``."""
+
+    def __init__(self, interval: float, burst: int, mono: Callable[[], float]):
+        self.interval, self.burst, self.mono = interval, burst, mono
+        self.tokens, self.at = float(burst), mono()
+
+    def allow(self) -> bool:
+        now = self.mono()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) / self.interval)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+def auth_middleware(live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic):
+    buckets: dict[tuple[float, int], _Bucket] = {}
+
     @web.middleware
     async def middleware(request: web.Request, handler):
-        if request.path in OPEN_PATHS or config.check(request.headers.get("Authorization")):
+        cfg = live.current()
+        try:
+            response = await _guarded(request, handler, cfg)
+        except web.HTTPException as e:  # 404 and friends get the configured headers too
+            e.headers.update(cfg.headers)
+            raise
+        response.headers.update(cfg.headers)
+        return response
+
+    async def _guarded(request: web.Request, handler, cfg: WebConfig):
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        if cfg.rate_limit:
+            bucket = buckets.get(cfg.rate_limit)
+            if bucket is None:
+                buckets.clear()
+                bucket = buckets[cfg.rate_limit] = _Bucket(*cfg.rate_limit, mono)
+            if not bucket.allow():
+                return web.Response(status=429, text="too many requests\n")
+        if not cfg.users or await authenticator.check(cfg, request.headers.get("Authorization")):
             return await handler(request)
         return web.Response(status=401, text="unauthorized\n",
                             headers={"WWW-Authenticate": 'Basic realm="vllm-specdec-exporter"'})
+
     return middleware

@@ -1,0 +1,234 @@
+"""The listening socket: TLS chosen per connection, and no client can stall the server.
+
+aiohttp's TCPSite takes one SSL context for the life of the server and has no
+header timeout. ``GuardedSite`` instead builds each connection's TLS layer from the
+current web config (a rotated certificate or a changed client_auth_type applies to
+new connections; open ones keep theirs), and puts a watch between every connection
+and aiohttp's handler that
+
+- closes a connection whose TLS handshake and first request headers are not in
+  within ``HEADER_TIMEOUT_SECONDS`` (slowloris); aiohttp's keep-alive timeout bounds
+  the wait for every later request;
+- counts connections against a cap kept below the open-file limit: at the cap the
+  oldest connection still sending its headers (else the one quiet the longest) is
+  closed, so a probe always gets in and accept() never runs out of descriptors;
+- checks ``client_allowed_sans`` once the handshake is done.
+
+accept() errors (out of descriptors anyway, e.g. a limit shared with something
+else) are logged at most once per ``ACCEPT_ERROR_LOG_INTERVAL_SECONDS`` with a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from asyncio.sslproto import SSLProtocol
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from . import config
+from .webconfig import WebConfig
+
+log = structlog.get_logger("vllm_specdec_exporter")
+
+
+@dataclass(frozen=True)
+class Limits:
+    header_timeout: float = config.HEADER_TIMEOUT_SECONDS
+    max_connections: int = config.MAX_CONNECTIONS
+
+
+def open_file_limit(reserve: int) -> int:
+    """Raise the soft open-file limit to the hard one (as Go does at start-up) and
+    return how many connections fit under it, ``reserve`` descriptors kept for polls."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft - reserve
+
+
+class Pool:
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self.conns: dict[_Watch, None] = {}  # insertion order: oldest first
+        self.evicted = 0
+
+    def add(self, conn: _Watch) -> None:
+        if len(self.conns) >= self.limit:
+            self.evict()
+        self.conns[conn] = None
+
+    def evict(self) -> None:
+        if not self.conns:
+            return
+        victim = next((c for c in self.conns if c.waiting), None) or min(self.conns, key=lambda c: c.active)
+        self.conns.pop(victim, None)
+        self.evicted += 1
+        victim.abort()
+
+
+class _Watch(asyncio.Protocol):
+    """Between one connection and aiohttp's RequestHandler (plaintext side)."""
+
+    def __init__(self, site: GuardedSite, handler: asyncio.Protocol, allowed_sans: frozenset[str] | None):
+        self.site, self.handler, self.allowed_sans = site, handler, allowed_sans
+        self.raw: asyncio.Transport | None = None
+        self.waiting = True  # for the first request's headers
+        self.connected = False
+        self._tail = b""
+        self._timer: asyncio.TimerHandle | None = None
+        self.active = 0.0
+
+    def opened(self, raw: asyncio.Transport) -> None:
+        """The socket is accepted (before any TLS handshake)."""
+        loop = asyncio.get_running_loop()
+        self.raw, self.active = raw, loop.time()
+        self._timer = loop.call_later(self.site.limits.header_timeout, self._too_slow)
+        self.site.pool.add(self)
+
+    def closed(self) -> None:
+        self.site.pool.conns.pop(self, None)
+        if self._timer:
+            self._timer.cancel()
+
+    def abort(self) -> None:
+        if self.raw is not None:
+            self.raw.abort()
+
+    def _too_slow(self) -> None:
+        if self.waiting:
+            self.site.timed_out += 1
+            self.abort()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.raw is None:
+            self.opened(transport)  # plain HTTP: the socket itself
+        if self.allowed_sans is not None and not _san_allowed(transport, self.allowed_sans):
+            log.warning("client_certificate_refused", reason="no allowed SAN", peer=transport.get_extra_info("peername"))
+            self.abort()
+            return
+        self.connected = True
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.active = asyncio.get_running_loop().time()
+        if self.waiting:
+            seen = self._tail + data  # small: aiohttp refuses request headers over 8 KiB
+            if b"\r\n\r\n" in seen or b"\n\n" in seen:
+                self.waiting = False
+                if self._timer:
+                    self._timer.cancel()
+            else:
+                self._tail = seen[-3:]
+        self.handler.data_received(data)
+
+    def eof_received(self):
+        return self.handler.eof_received() if self.connected else None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed()
+        if self.connected:
+            self.connected = False
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+
+
+def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
+    sslobj = transport.get_extra_info("ssl_object")
+    cert = sslobj.getpeercert() if sslobj is not None else None
+    values = {v for kind, v in (cert or {}).get("subjectAltName", ())
+              if kind in ("DNS", "email", "IP Address", "URI")}
+    return bool(values & allowed)
+
+
+class _TLS(SSLProtocol):
+    """asyncio's own TLS layer, told when the socket opens and closes."""
+
+    def __init__(self, watch: _Watch, ctx: ssl.SSLContext, handshake_timeout: float):
+        super().__init__(asyncio.get_running_loop(), watch, ctx, None, server_side=True,
+                         ssl_handshake_timeout=handshake_timeout)
+        self.watch = watch
+
+    def connection_made(self, transport):
+        self.watch.opened(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc):
+        self.watch.closed()
+        super().connection_lost(exc)
+
+
+class GuardedSite(web.BaseSite):
+    def __init__(self, runner: web.BaseRunner, host: str | None, port: int, *, backlog: int,
+                 web_config: Callable[[], WebConfig] | None = None, limits: Limits = Limits()):
+        super().__init__(runner, backlog=backlog)
+        self.host, self.port = host, port
+        self.web_config = web_config
+        self.limits = limits
+        self.pool = Pool(limits.max_connections)
+        self.timed_out = 0
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host or '0.0.0.0'}:{self.port}"
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.web_config and self.web_config().ssl_context)
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connection, self.host, self.port, backlog=self._backlog)
+        install_accept_error_handler(loop, self.pool)
+
+    def _connection(self) -> asyncio.BaseProtocol:
+        handler = self._runner.server()
+        cfg = self.web_config() if self.web_config else None
+        watch = _Watch(self, handler, cfg.allowed_sans if cfg else None)
+        if cfg is None or cfg.ssl_context is None:
+            return watch
+        return _TLS(watch, cfg.ssl_context, self.limits.header_timeout)
+
+    async def stop(self) -> None:
+        await super().stop()
+        for conn in list(self.pool.conns):  # still in the handshake or the first headers: aiohttp does not know them
+            if not conn.connected:
+                conn.abort()
+
+
+def install_accept_error_handler(loop: asyncio.AbstractEventLoop, pool: Pool) -> None:
+    """asyncio logs every failed accept() (one per pending connection per tick: ~100 k
+    lines in seconds when descriptors run out). Log them at a bounded rate, and close
+    the quietest connection (at most one per 100 ms) so the next accept can succeed."""
+    previous = loop.get_exception_handler()
+    state = {"logged": float("-inf"), "evicted": float("-inf"), "suppressed": 0}
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if not str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            return previous(loop, context) if previous else loop.default_exception_handler(context)
+        now = loop.time()
+        if now - state["evicted"] >= 0.1:
+            state["evicted"] = now
+            pool.evict()
+        if now - state["logged"] < config.ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            state["suppressed"] += 1
+            return
+        log.error("accept_failed", error=str(context.get("exception")), connections=len(pool.conns),
+                  suppressed_since_last=state["suppressed"])
+        state.update(logged=now, suppressed=0)
+
+    loop.set_exception_handler(handler)
