@@ -44,3 +44,5 @@ class Snapshot:
     warnings: tuple[str, ...] = field(default=())
     malformed_lines: int = 0
     duplicate_series: int = 0
+    # Figures that are estimates, not exact (SGLang: from finished-request totals).
+    approximate: tuple[str, ...] = field(default=())

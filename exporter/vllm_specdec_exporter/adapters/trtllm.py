@@ -1,0 +1,125 @@
+"""TensorRT-LLM (trtllm-serve /prometheus/metrics, NVIDIA/TensorRT-LLM #12545, #12636).
+
+Two sets of counters with different time bases:
+
+- per iteration, in-flight requests included: ``trtllm_spec_decode_num_draft_tokens_total``
+  and ``..._num_accepted_tokens_total`` (no drafts counter);
+- per finished request (needs ``return_perf_metrics: true``): drafted and accepted
+  tokens per draft position, labelled ``token_position``.
+
+Every figure is taken from the per-position counters, so that all of them share one
+base (finished requests): drafts = drafted at position 0 (every verify step drafts
+position 0), draft tokens = the sum of drafted, accepted = the sum of accepted,
+per position = accepted at that position. Mixing in the iteration counters would
+divide in-flight tokens by finished drafts. TRT-LLM creates a position's series on
+its first non-zero increment (``tensorrt_llm/metrics/collector.py``
+``log_request_metrics_dict``), so an accepted series missing beside a drafted one is
+0. Without the per-position counters there is no drafts count: the engine is left
+out with a warning. The ``acceptance_length`` gauge (last iteration only) is not read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .. import config
+from ..model import Counters, SeriesKey, Snapshot
+from ..parser import Exposition, Sample, format_series
+from .common import engine_id, has_label, present
+
+DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
+ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
+ITER_DRAFT_TOKENS = "trtllm_spec_decode_num_draft_tokens_total"
+ITER_ACCEPTED = "trtllm_spec_decode_num_accepted_tokens_total"
+GENERATION = "trtllm_generation_tokens_total"  # per finished request, like the per-position counters
+LABEL_POSITION = "token_position"
+
+
+def _name(key: SeriesKey) -> str:
+    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
+
+
+def valid_counter(s: Sample, warnings: list[str]) -> bool:
+    if math.isfinite(s.value) and s.value >= 0:
+        return True
+    warnings.append(f"{format_series(s.name, s.labels)} is {s.value}, not a counter value; ignored")
+    return False
+
+
+class TrtllmAdapter:
+    spec_families = (DRAFTED, ACCEPTED, ITER_DRAFT_TOKENS, ITER_ACCEPTED)
+    families = (*spec_families, GENERATION)
+    approximate: tuple[str, ...] = ()
+
+    def __init__(self, name: str = "trtllm", identity: tuple[str, ...] = (), require_labels: tuple[str, ...] = ()):
+        self.name = name
+        self._identity = identity
+        self._require_labels = require_labels
+
+    def _key(self, s: Sample) -> SeriesKey:
+        return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
+
+    def detect(self, exp: Exposition) -> bool:
+        return present(exp, self.spec_families) and (
+            not self._require_labels or has_label(exp, self.spec_families, self._require_labels))
+
+    def _per_key(self, samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, float]:
+        out: dict[SeriesKey, float] = {}
+        for s in samples:
+            if not valid_counter(s, warnings):
+                continue
+            key = self._key(s)
+            if key in out:
+                warnings.append(f"{format_series(s.name, s.labels)} repeats ({_name(key)}); first value kept")
+                continue
+            out[key] = s.value
+        return out
+
+    def _positions(self, samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, dict[int, float]]:
+        out: dict[SeriesKey, dict[int, float]] = {}
+        for s in samples:
+            raw = s.labels.get(LABEL_POSITION, "")
+            if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
+                warnings.append(f"{format_series(s.name, s.labels)} has no small integer {LABEL_POSITION}; ignored")
+                continue
+            if not valid_counter(s, warnings):
+                continue
+            per = out.setdefault(self._key(s), {})
+            if int(raw) in per:
+                warnings.append(f"{format_series(s.name, s.labels)} repeats a position; first value kept")
+                continue
+            per[int(raw)] = s.value
+        return out
+
+    def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
+        return self._per_key(exp.samples.get(GENERATION, ()), [])
+
+    def snapshot(self, exp: Exposition) -> Snapshot | None:
+        if not self.detect(exp):
+            return None
+        warnings: list[str] = []
+        drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings)
+        accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings)
+        generation = self._per_key(exp.samples.get(GENERATION, ()), warnings)
+        iteration = {self._key(s) for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())}
+        engines: dict[SeriesKey, Counters] = {}
+        for key in sorted(iteration | set(drafted) | set(accepted)):
+            d, a = drafted.get(key, {}), accepted.get(key, {})
+            if not d:
+                warnings.append(f"{_name(key)}: no {DRAFTED} (return_perf_metrics off, or no request "
+                                "finished yet): no drafts count, engine left out")
+                continue
+            k = len(d)
+            if sorted(d) != list(range(k)) or not set(a) <= set(d):
+                warnings.append(f"{_name(key)}: drafted positions {sorted(d)} and accepted positions {sorted(a)} "
+                                "are not 0..k-1; engine left out")
+                continue
+            per_position = tuple(a.get(i, 0.0) for i in range(k))
+            engines[key] = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
+                                    per_position=per_position, generation_tokens=generation.get(key))
+        return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
+                        malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series)
+
+
+ADAPTER = TrtllmAdapter()
