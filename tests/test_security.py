@@ -3,16 +3,13 @@ bearer tokens that never leak, request limits, targets only from configuration."
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import bcrypt
@@ -20,59 +17,19 @@ import pytest
 import yaml
 from aiohttp import web
 
-from conftest import cli_path, require, run_cli
+from conftest import run_cli
 from http_fixtures import LoopbackServer, prom
 from prom_harness import free_port, wait_for
+from security_harness import (Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status,
+                              write_web_config)
 from seed_records import render_dump
 
 TOKEN = "sk-vllm-7f3c9e1d2b4a6085"
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    exe = shutil.which("openssl")
-    require(exe is not None, "openssl")
-    subprocess.run([exe, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate."""
-    d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=test-ca", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.crt", "-days", "2", *(["-extfile", "san.ext"] if name == "server" else []), cwd=d)
-    return d
-
-
-class Serve:
-    def __init__(self, *args: str, env: dict | None = None):
-        self.proc = subprocess.Popen([cli_path(), "serve", "--log.format", "json", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = self.proc.communicate(timeout=15)
-        finally:
-            self.proc.kill()
-        return (out + err).decode()
-
-
-def get(url: str, context: ssl.SSLContext | None = None, auth: tuple[str, str] | None = None,
-        headers: dict | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers=headers or {})
-    if auth:
-        req.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=context) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def web_config(tmp: Path, pki: Path, **tls_extra) -> Path:
@@ -221,3 +178,224 @@ def test_targets_come_only_from_configuration():
         assert sorted(set(line.split('target="')[1].split('"')[0] for line in body.splitlines()
                           if 'target="' in line)) == ["vllm"]
         assert get(f"{base}/probe?target=http://127.0.0.1:1/")[0] == 404
+
+
+# --- exporter-toolkit semantics, key by key (each against a real TLS client) ---------
+
+# What Go's crypto/tls (and so exporter-toolkit) does for each client_auth_type, for a
+# client with no certificate, with one from the CA, and with a self-signed one.
+CLIENT_AUTH_MATRIX = {
+    "NoClientCert": {None: 200, "client": 200, "selfsigned": 200},
+    "RequestClientCert": {None: 200, "client": 200, "selfsigned": 200},
+    "RequireAnyClientCert": {None: "refused", "client": 200, "selfsigned": 200},
+    "VerifyClientCertIfGiven": {None: 200, "client": 200, "selfsigned": "refused"},
+    "RequireAndVerifyClientCert": {None: "refused", "client": 200, "selfsigned": "refused"},
+}
+
+
+@pytest.mark.parametrize("mode", CLIENT_AUTH_MATRIX)
+def test_every_client_auth_type_behaves_as_in_exporter_toolkit(tmp_path, pki, mode):
+    """The two "any" modes accept a presented certificate without verifying it; the
+    verify modes check it against client_ca_file."""
+    tls = {"client_auth_type": mode}
+    if "Verify" in mode:
+        tls["client_ca_file"] = str(pki / "ca.crt")
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config=tls)
+    server, port = _start_mtls(cfg, pki) if mode.startswith("Require") else \
+        start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    try:
+        seen = {cert: tls_status(port, tls_client(pki, cert)) for cert in (None, "client", "selfsigned")}
+    finally:
+        server.stop()
+    assert seen == CLIENT_AUTH_MATRIX[mode]
+
+
+def _start_mtls(cfg: Path, pki: Path):
+    port = free_port()
+    server = Serve("--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", f"127.0.0.1:{port}",
+                   "--web.config.file", str(cfg))
+    try:
+        wait_for(lambda: server.proc.poll() is not None or tls_status(port, tls_client(pki, "client")) == 200, 30,
+                 "TLS /healthz with a client certificate", step=0.1)
+        assert server.proc.poll() is None, server.stop()
+    except BaseException:
+        server.stop()
+        raise
+    return server, port
+
+
+def test_min_and_max_version(tmp_path, pki):
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={"max_version": "TLS12"})
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    try:
+        assert tls_status(port, tls_client(pki, minimum_version=ssl.TLSVersion.TLSv1_3)) == "refused"
+        ctx = tls_client(pki, maximum_version=ssl.TLSVersion.TLSv1_2)
+        assert tls_status(port, ctx) == 200
+    finally:
+        server.stop()
+    write_web_config(tmp_path / "web.yaml", pki, tls_server_config={"min_version": "TLS13"})
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    try:
+        assert tls_status(port, tls_client(pki, maximum_version=ssl.TLSVersion.TLSv1_2)) == "refused"
+        assert tls_status(port, tls_client(pki, minimum_version=ssl.TLSVersion.TLSv1_3)) == 200
+    finally:
+        server.stop()
+
+
+def s_client(port: int, *args: str) -> str:
+    exe = shutil.which("openssl")
+    proc = subprocess.run([exe, "s_client", "-connect", f"127.0.0.1:{port}", "-brief", *args],
+                          input=b"GET /healthz HTTP/1.0\r\n\r\n", capture_output=True, timeout=30)
+    return (proc.stdout + proc.stderr).decode()
+
+
+def test_cipher_suites_and_curve_preferences(tmp_path, pki):
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={
+        "max_version": "TLS12", "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"],
+        "curve_preferences": ["CurveP384"]})
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    try:
+        out = s_client(port, "-tls1_2")
+        assert "Ciphersuite: ECDHE-RSA-AES256-GCM-SHA384" in out and "Server Temp Key: ECDH, secp384r1" in out, out
+        # A client that offers neither the cipher nor the curve gets no handshake.
+        assert "CONNECTION ESTABLISHED" not in s_client(port, "-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256")
+        out = s_client(port, "-tls1_2", "-groups", "X25519")
+        assert "CONNECTION ESTABLISHED" not in out and "secp384r1" not in out, out
+        assert "CONNECTION ESTABLISHED" in s_client(port, "-tls1_2", "-groups", "P-384")
+    finally:
+        server.stop()
+
+
+def test_http_server_config_headers_on_every_response(tmp_path, pki):
+    cfg = write_web_config(tmp_path / "web.yaml", pki, users={"prometheus": bcrypt_hash("pw", 4)},
+                           http_server_config={"headers": {"X-Frame-Options": "deny",
+                                                           "X-Content-Type-Options": "nosniff",
+                                                           "Strict-Transport-Security": "max-age=31536000"}})
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    ctx = tls_client(pki)
+    base = f"https://127.0.0.1:{port}"
+    try:
+        for path, auth, status in (("/metrics", ("prometheus", "pw"), 200), ("/metrics", None, 401),
+                                   ("/healthz", None, 200), ("/nope", ("prometheus", "pw"), 404)):
+            got, headers, _ = get_full(base + path, ctx, auth)
+            assert got == status
+            assert headers.get("X-Frame-Options") == "deny", (path, headers)
+            assert headers.get("X-Content-Type-Options") == "nosniff"
+            assert headers.get("Strict-Transport-Security") == "max-age=31536000"
+    finally:
+        server.stop()
+
+
+def test_rate_limit_answers_429_beyond_the_burst_and_never_limits_probes(tmp_path):
+    cfg = write_web_config(tmp_path / "web.yaml", rate_limit={"interval": "1h", "burst": 2})
+    server, port = start_exporter("--web.config.file", str(cfg))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert [get(f"{base}/metrics")[0] for _ in range(3)] == [200, 200, 429]
+        assert all(get(f"{base}/healthz")[0] == 200 for _ in range(5))
+    finally:
+        server.stop()
+
+
+def test_client_allowed_sans(tmp_path, pki):
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={
+        "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
+        "client_allowed_sans": ["prometheus.monitoring"]})
+    server, port = _start_mtls(cfg, pki)
+    try:
+        assert tls_status(port, tls_client(pki, "client")) == 200
+        assert tls_status(port, tls_client(pki, "client2")) == "refused"  # from the CA, but not an allowed SAN
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("content, expected", [
+    ({"http_server_config": {"headers": {"Content-Type": "foo"}}},
+     "config: http_server_config.headers.Content-Type: cannot be configured"),
+    ({"http_server_config": {"headers": {"X-Frame-Options": "foo"}}},
+     "config: http_server_config.headers.X-Frame-Options: 'foo' is not one of deny, sameorigin"),
+    ({"http_server_config": {"http2": True}}, "config: http_server_config.http2: this exporter serves HTTP/1.1 only"),
+    ({"http_server_config": {"keepalive": 1}}, "config: http_server_config.keepalive: unknown key"),
+    ({"tls_server_config": {"cert": "PEM", "key": "PEM"}}, "config: tls_server_config.cert: unknown or unsupported"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "max_version": "TLS11"}},
+     "config: tls_server_config.max_version: 'TLS11' is not one of TLS12, TLS13"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "cipher_suites": ["TLS_RSA_WITH_RC4_128_SHA"]}},
+     "config: tls_server_config.cipher_suites: unknown 'TLS_RSA_WITH_RC4_128_SHA'"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "curve_preferences": ["CurveP224"]}},
+     "config: tls_server_config.curve_preferences: unknown 'CurveP224'"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "client_ca_file": "{ca}"}},
+     "config: tls_server_config.client_ca_file: set without a client_auth_type"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "client_auth_type": "VerifyClientCertIfGiven"}},
+     "config: tls_server_config.client_ca_file: required with client_auth_type VerifyClientCertIfGiven"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "min_version": "TLS13", "max_version": "TLS12"}},
+     "config: tls_server_config.min_version: is above max_version"),
+    ({"rate_limit": {"interval": "fast", "burst": 1}}, "config: rate_limit.interval:"),
+])
+def test_keys_that_cannot_be_honoured_are_errors_naming_them(tmp_path, pki, content, expected):
+    text = yaml.safe_dump(content).replace("'{crt}'", str(pki / "server.crt")).replace(
+        "'{key}'", str(pki / "server.key")).replace("'{ca}'", str(pki / "ca.crt"))
+    path = tmp_path / "web.yaml"
+    path.write_text(text)
+    proc = run_cli("serve", "--vllm.url", "http://127.0.0.1:1/m", "--web.config.file", str(path))
+    assert proc.returncode == 2
+    assert expected in proc.stderr.decode(), proc.stderr
+
+
+def peer_cn(port: int, ctx: ssl.SSLContext) -> str:
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        return dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
+
+
+def test_certificates_and_config_are_reread_without_restart_or_dropping_connections(tmp_path, pki):
+    """cert-manager rotates the Secret (files swapped atomically): new connections get the
+    new certificate, an open keep-alive connection goes on; then the config itself
+    changes (basic auth added, client certificates required); a broken edit keeps the
+    last good config."""
+    import http.client
+
+    live = tmp_path / "live"
+    live.mkdir()
+    for ext in ("crt", "key"):
+        shutil.copy(pki / f"server.{ext}", live / f"tls.{ext}")
+    cfg = tmp_path / "web.yaml"
+    tls = {"cert_file": str(live / "tls.crt"), "key_file": str(live / "tls.key")}
+    write_web_config(cfg, tls_server_config=tls)
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    ctx = tls_client(pki)
+    try:
+        kept = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+        kept.request("GET", "/healthz")
+        assert kept.getresponse().read() == b"ok\n"
+        assert peer_cn(port, ctx) == "server"
+        for ext in ("crt", "key"):  # rotate: write aside, then rename over (what kubelet does via ..data)
+            shutil.copy(pki / f"server-b.{ext}", live / f"new.{ext}")
+        os.replace(live / "new.key", live / "tls.key")
+        os.replace(live / "new.crt", live / "tls.crt")
+        wait_for(lambda: peer_cn(port, ctx) == "server-b", 15, "the rotated certificate", step=0.2)
+        kept.request("GET", "/healthz")  # the connection opened before the rotation still works
+        assert kept.getresponse().read() == b"ok\n"
+        assert dict(x[0] for x in kept.sock.getpeercert()["subject"])["commonName"] == "server"
+
+        write_web_config(cfg, users={"prometheus": bcrypt_hash("pw", 4)}, tls_server_config=tls)
+        wait_for(lambda: get(f"https://127.0.0.1:{port}/metrics", ctx)[0] == 401, 15, "basic auth from the new config",
+                 step=0.2)
+        assert get(f"https://127.0.0.1:{port}/metrics", ctx, ("prometheus", "pw"))[0] == 200
+
+        cfg.write_text("tls_server_config: [this is: not valid")  # a broken edit
+        time.sleep(1.5)  # the config is looked at once a second; nothing must change
+        assert get(f"https://127.0.0.1:{port}/metrics", ctx)[0] == 401
+        assert get(f"https://127.0.0.1:{port}/metrics", ctx, ("prometheus", "pw"))[0] == 200
+
+        write_web_config(cfg, tls_server_config={**tls, "client_auth_type": "RequireAndVerifyClientCert",
+                                                 "client_ca_file": str(pki / "ca.crt")})
+        wait_for(lambda: tls_status(port, ctx) == "refused", 15, "client certificates required", step=0.2)
+        assert tls_status(port, tls_client(pki, "client")) == 200
+        kept.request("GET", "/healthz")
+        assert kept.getresponse().read() == b"ok\n"
+        kept.close()
+    finally:
+        logs = server.stop()
+    assert logs.count("web_config_reload_failed") == 1, logs
+    assert "web_config_reloaded" in logs
