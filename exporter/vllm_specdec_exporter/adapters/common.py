@@ -3,10 +3,12 @@ producer's families onto vLLM V1's so the V1 adapter reads them unchanged."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .. import config
+from ..model import Counters
 from ..parser import Exposition, ParseError, Sample
 
 # Wrappers add labels that tell their replicas/workers apart: each distinct value is
@@ -48,6 +50,15 @@ def relabel(exp: Exposition, renames: Mapping[str, str], identity: Iterable[str]
             out.samples[dst] = [Sample(dst, {**s.labels, config.LABEL_ENGINE: engine_id(s.labels, identity)}, s.value)
                                 for s in samples]
     return out
+
+
+def finite(c: Counters, series: str, warnings: list[str]) -> bool:
+    """Sums of huge counter values can overflow to +Inf: such an engine gives no figure."""
+    values = (c.drafts, c.draft_tokens, c.accepted, *c.per_position, c.generation_tokens or 0.0)
+    if all(math.isfinite(v) for v in values):
+        return True
+    warnings.append(f"{series}: counters too large to add up; engine left out")
+    return False
 
 
 def rename_back(messages: Iterable[str], renames: Mapping[str, str]) -> tuple[str, ...]:

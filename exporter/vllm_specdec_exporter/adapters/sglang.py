@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import config
 from ..model import Counters, SeriesKey, Snapshot
 from ..parser import Exposition, Sample, format_series
-from .common import UnsupportedProducer, engine_id, has_label, present
+from .common import UnsupportedProducer, engine_id, finite, has_label, present
 from .trtllm import valid_counter
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -92,8 +92,10 @@ class SglangAdapter:
                 warnings.append(f"{_name(key)}: {GENERATION}={gen} below {VERIFY_CALLS}={verify[key]:g}; "
                                 "engine left out")
                 continue
-            engines[key] = Counters(drafts=verify[key], draft_tokens=verify[key] * (next(iter(width)) - 1),
-                                    accepted=gen - verify[key], per_position=(), generation_tokens=gen)
+            c = Counters(drafts=verify[key], draft_tokens=verify[key] * (next(iter(width)) - 1),
+                         accepted=gen - verify[key], per_position=(), generation_tokens=gen)
+            if finite(c, _name(key), warnings):
+                engines[key] = c
         if not engines and not warnings:
             return None  # nothing but zeros: spec decode off, as for vLLM's absent families
         return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),

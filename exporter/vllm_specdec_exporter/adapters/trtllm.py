@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from .. import config
 from ..model import Counters, SeriesKey, Snapshot
 from ..parser import Exposition, Sample, format_series
-from .common import engine_id, has_label, present
+from .common import engine_id, finite, has_label, present
 
 DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
 ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
@@ -116,8 +116,10 @@ class TrtllmAdapter:
                                 "are not 0..k-1; engine left out")
                 continue
             per_position = tuple(a.get(i, 0.0) for i in range(k))
-            engines[key] = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
-                                    per_position=per_position, generation_tokens=generation.get(key))
+            c = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
+                         per_position=per_position, generation_tokens=generation.get(key))
+            if finite(c, _name(key), warnings):
+                engines[key] = c
         return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
                         malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series)
 

@@ -1,0 +1,335 @@
+"""Producer adapters against payloads written from each producer's documented or
+source format (tests/fixtures/producers/README.md). Every expected figure is a
+literal worked out by hand from the fixture's numbers (the README lists them)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vllm_specdec_exporter.adapters import (
+    ADAPTERS,
+    PRODUCERS,
+    WANTED,
+    NoSpecDecodeFamilies,
+    UnsupportedProducer,
+    detect,
+    extract,
+)
+from vllm_specdec_exporter.parser import Exposition, Sample, parse
+
+FIX = Path(__file__).parent / "fixtures" / "producers"
+
+
+def read(name: str) -> bytes:
+    return (FIX / name).read_bytes()
+
+
+def cli_json(*args: str) -> dict:
+    done = run_cli(*args, "--format", "json")
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
+
+
+def diff(before: str, after: str) -> dict:
+    return cli_json("diff", str(FIX / before), str(FIX / after))
+
+
+def check(stats: dict, **expected) -> None:
+    for key, value in expected.items():
+        got = stats[key]
+        if isinstance(value, list):
+            assert got == pytest.approx(value, abs=1e-6), key
+        else:
+            assert got == pytest.approx(value, abs=1e-6), key
+
+
+@pytest.mark.parametrize("fixture, producer", [
+    ("llamacpp-start.prom", "llamacpp"), ("llamacpp-after.prom", "llamacpp"),
+    ("lmdeploy-dp2-after.prom", "lmdeploy"), ("ray-serve-after.prom", "ray-serve"),
+    ("ray-serve-legacy-after.prom", "ray-serve"), ("dynamo-vllm-dp2-after.prom", "dynamo-vllm"),
+    ("trtllm-after.prom", "trtllm"), ("trtllm-start.prom", "trtllm"), ("dynamo-trtllm-worker-a.prom", "dynamo-trtllm"),
+    ("sglang-dp2-after.prom", "sglang"), ("sglang-spec-off.prom", "sglang"), ("vllm-v0.prom", "vllm-v0"),
+])
+def test_the_producer_is_detected_from_the_families_present(fixture, producer):
+    assert detect(parse(read(fixture), WANTED)) == producer
+
+
+# --- llama.cpp: vLLM's four counters, no labels, per-position series created late ---
+
+def test_llamacpp_interval_figures_are_exact():
+    s = diff("llamacpp-before.prom", "llamacpp-after.prom")
+    model = s["models"][""]
+    assert list(model["engines"]) == ["0"]
+    check(model["all"], num_drafts=150, num_draft_tokens=440, num_accepted_tokens=240, accepted_per_position=[115, 75, 50],
+          mean_acceptance_length=2.6, acceptance_rate=0.5454545, per_position_acceptance=[0.7666667, 0.5, 0.3333333], k=3)
+    assert model["all"]["num_generation_tokens"] is None  # its tokens_predicted counter is not read
+
+
+def test_llamacpp_engine_is_kept_before_the_first_speculative_request():
+    snap = extract(read("llamacpp-start.prom"))
+    assert snap.producer == "llamacpp"
+    (c,) = snap.engines.values()  # kept, with k=0, not dropped
+    assert (c.drafts, c.draft_tokens, c.accepted, c.per_position) == (0, 0, 0, ())
+    s = diff("llamacpp-start.prom", "llamacpp-before.prom")  # the position series appear: k 0 -> 3
+    check(s["models"][""]["all"], num_drafts=100, mean_acceptance_length=2.8, acceptance_rate=0.6,
+          per_position_acceptance=[0.8, 0.6, 0.4], k=3)
+
+
+def test_llamacpp_restart():
+    s = diff("llamacpp-after.prom", "llamacpp-restart.prom")
+    check(s["models"][""]["all"], num_drafts=20, num_draft_tokens=60, mean_acceptance_length=2.5, acceptance_rate=0.5)
+    assert any("restart" in w for w in s["warnings"])
+
+
+# --- LMDeploy: the same scheme under lmdeploy:, DP ranks as engines; lifetime gauges ignored ---
+
+def test_lmdeploy_dp2_sums_engines_before_dividing():
+    s = diff("lmdeploy-dp2-before.prom", "lmdeploy-dp2-after.prom")
+    model = s["models"]["deepseek-ai/DeepSeek-V3"]
+    # The mean of the two engines' AL would be 2.375: the sum first gives 2.4.
+    check(model["all"], num_drafts=1000, num_draft_tokens=2000, num_accepted_tokens=1400,
+          accepted_per_position=[810, 590], mean_acceptance_length=2.4, acceptance_rate=0.7,
+          per_position_acceptance=[0.81, 0.59])
+    check(model["engines"]["0"], mean_acceptance_length=2.5, acceptance_rate=0.75)
+    check(model["engines"]["1"], mean_acceptance_length=2.25, acceptance_rate=0.625)
+
+
+def test_lmdeploy_lifetime_gauges_are_not_read():
+    # Its gauges say AL 2.5 (engine 0) and 2.333333 (engine 1); the counters say 1 + 4000/2800.
+    s = cli_json("report", str(FIX / "lmdeploy-dp2-after.prom"))
+    check(s["models"]["deepseek-ai/DeepSeek-V3"]["all"], mean_acceptance_length=2.4285714, acceptance_rate=0.7142857)
+
+
+def test_lmdeploy_one_rank_restarts_while_the_other_grows():
+    s = diff("lmdeploy-dp2-after.prom", "lmdeploy-dp2-restart.prom")
+    check(s["models"]["deepseek-ai/DeepSeek-V3"]["all"], num_drafts=150, num_draft_tokens=300, num_accepted_tokens=160,
+          accepted_per_position=[85, 75], mean_acceptance_length=2.0666667, acceptance_rate=0.5333333)
+    assert [w for w in s["warnings"] if "restart" in w] == [
+        'engine="1",model_name="deepseek-ai/DeepSeek-V3": counters went down (restart); counted from zero']
+
+
+# --- Ray Serve LLM: ray_vllm_ (or ray_vllm:) names, each replica its own engine ---
+
+RA = "SERVE_REPLICA::default#LLMServer:qwen3-8b#a1b2c3"
+RB = "SERVE_REPLICA::default#LLMServer:qwen3-8b#d4e5f6"
+
+
+def test_ray_serve_replicas_stay_separate_engines():
+    s = diff("ray-serve-before.prom", "ray-serve-after.prom")
+    model = s["models"]["qwen3-8b"]
+    assert sorted(model["engines"]) == [f"{RA}/0", f"{RB}/0"]  # both engine="0", never merged
+    check(model["engines"][f"{RA}/0"], num_drafts=400, mean_acceptance_length=2.4, acceptance_rate=0.7)
+    check(model["engines"][f"{RB}/0"], num_drafts=600, mean_acceptance_length=1.2, acceptance_rate=0.1)
+    check(model["all"], num_drafts=1000, num_draft_tokens=2000, num_accepted_tokens=680, accepted_per_position=[420, 260],
+          mean_acceptance_length=1.68, acceptance_rate=0.34, num_generation_tokens=3000, draft_token_share=0.2266667)
+
+
+def test_ray_serve_older_names_give_the_same_figures():
+    s = diff("ray-serve-legacy-before.prom", "ray-serve-legacy-after.prom")
+    model = s["models"]["qwen3-8b"]
+    assert len(model["engines"]) == 2  # told apart by WorkerId (no ReplicaId before)
+    check(model["all"], num_drafts=1000, mean_acceptance_length=1.68, acceptance_rate=0.34)
+
+
+def test_ray_serve_replaced_replica():
+    s = diff("ray-serve-after.prom", "ray-serve-restart.prom")
+    check(s["models"]["qwen3-8b"]["all"], num_drafts=150, num_draft_tokens=300, num_accepted_tokens=210,
+          mean_acceptance_length=2.4, acceptance_rate=0.7)
+    assert any("d4e5f6" in w and "first scrape only" in w for w in s["warnings"])
+    assert any("g7h8i9" in w and "counted from zero" in w for w in s["warnings"])
+
+
+# --- Dynamo: engine metrics passed through with worker_id; workers never merged ---
+
+WA = "7587891214771328770"
+
+
+def test_dynamo_vllm_dp2():
+    s = diff("dynamo-vllm-dp2-before.prom", "dynamo-vllm-dp2-after.prom")
+    model = s["models"]["Qwen/Qwen3-8B"]
+    check(model["engines"][f"{WA}/0"], num_drafts=400, mean_acceptance_length=2.4, acceptance_rate=0.7)
+    check(model["engines"][f"{WA}/1"], num_drafts=300, mean_acceptance_length=2.2, acceptance_rate=0.6)
+    check(model["all"], num_drafts=700, num_draft_tokens=1400, num_accepted_tokens=920, accepted_per_position=[530, 390],
+          mean_acceptance_length=2.3142857, acceptance_rate=0.6571429, per_position_acceptance=[0.7571429, 0.5571429],
+          num_generation_tokens=2400, draft_token_share=0.3833333)
+    assert extract(read("dynamo-vllm-dp2-after.prom")).producer == "dynamo-vllm"
+
+
+def test_dynamo_restarted_worker_is_a_new_engine():
+    s = diff("dynamo-vllm-dp2-after.prom", "dynamo-vllm-dp2-restart.prom")
+    check(s["models"]["Qwen/Qwen3-8B"]["all"], num_drafts=100, num_draft_tokens=200, num_accepted_tokens=122,
+          mean_acceptance_length=2.22, acceptance_rate=0.61)
+    assert sum("first scrape only" in w for w in s["warnings"]) == 2
+
+
+def test_dynamo_two_workers_with_the_same_engine_label_are_not_merged():
+    both = read("dynamo-vllm-dp2-after.prom") + read("dynamo-vllm-dp2-restart.prom")
+    snap = extract(both)
+    assert sorted(e for _, e in snap.engines) == [f"{WA}/0", f"{WA}/1", "7587891214771331514/0", "7587891214771331514/1"]
+    assert snap.engines[("Qwen/Qwen3-8B", f"{WA}/0")].drafts == 700
+    assert snap.engines[("Qwen/Qwen3-8B", "7587891214771331514/0")].drafts == 40
+
+
+def test_dynamo_trtllm_two_workers():
+    both = read("dynamo-trtllm-worker-a.prom") + read("dynamo-trtllm-worker-b.prom")
+    done = run_cli("report", "-", "--format", "json", stdin=both)
+    assert done.returncode == 0, done.stderr.decode()
+    model = json.loads(done.stdout)["models"]["nvidia/DeepSeek-R1-FP4"]
+    assert sorted(model["engines"]) == ["7587891214771330001", "7587891214771330002"]
+    check(model["engines"]["7587891214771330002"], num_drafts=400, num_draft_tokens=1060, num_accepted_tokens=150,
+          mean_acceptance_length=1.375)
+    check(model["all"], num_drafts=1000, num_draft_tokens=2760, num_accepted_tokens=1150,
+          mean_acceptance_length=2.15, acceptance_rate=0.4166667)
+
+
+# --- TensorRT-LLM: everything from the per-position counters (finished requests) ---
+
+def test_trtllm_figures_from_the_per_position_counters():
+    s = diff("trtllm-before.prom", "trtllm-after.prom")
+    all_ = s["models"]["nvidia/DeepSeek-R1-FP4"]["all"]
+    # drafts = drafted at position 0 (600); the iteration counters would give a rate of 1100/1800 = 0.611.
+    check(all_, num_drafts=600, num_draft_tokens=1700, num_accepted_tokens=1000, accepted_per_position=[460, 330, 210],
+          mean_acceptance_length=2.6666667, acceptance_rate=0.5882353, per_position_acceptance=[0.7666667, 0.55, 0.35],
+          conditional_acceptance=[0.7666667, 0.7173913, 0.6363636], num_generation_tokens=2400,
+          draft_token_share=0.4166667, k=3)
+
+
+def test_trtllm_restart():
+    s = diff("trtllm-after.prom", "trtllm-restart.prom")
+    check(s["models"]["nvidia/DeepSeek-R1-FP4"]["all"], num_drafts=50, num_draft_tokens=135, num_accepted_tokens=90,
+          mean_acceptance_length=2.8, acceptance_rate=0.6666667)
+
+
+def test_trtllm_without_per_position_counters_says_why():
+    s = cli_json("report", str(FIX / "trtllm-start.prom"))
+    assert s["models"] == {}  # no drafts count: no figure rather than a wrong one
+    assert any("return_perf_metrics" in w for w in s["warnings"])
+
+
+def test_trtllm_position_series_created_on_first_acceptance():
+    text = "".join(
+        f'{name}{{engine_type="trtllm",model_name="m",token_position="{p}"}} {v}\n'
+        for name, p, v in (("trtllm_spec_decode_drafted_tokens_total", 0, 10), ("trtllm_spec_decode_drafted_tokens_total", 1, 8),
+                           ("trtllm_spec_decode_accepted_tokens_total", 0, 6)))
+    c = extract(text).engines[("m", "0")]
+    assert (c.drafts, c.draft_tokens, c.accepted, c.per_position) == (10, 18, 6, (6, 0))
+
+
+# --- SGLang: approximate figures only, marked as such ---
+
+def test_sglang_dp2_approximate_figures():
+    s = diff("sglang-dp2-before.prom", "sglang-dp2-after.prom")
+    model = s["models"]["deepseek-ai/DeepSeek-V3"]
+    assert list(model["engines"]) == ["0"]  # one tokenizer counts both DP ranks' requests
+    check(model["all"], num_drafts=2000, num_draft_tokens=6000, num_accepted_tokens=2900, num_generation_tokens=4900,
+          mean_acceptance_length=2.45, acceptance_rate=0.4833333, k=0, per_position_acceptance=[])
+    snap = extract(read("sglang-dp2-after.prom"))
+    assert "mean_acceptance_length" in snap.approximate and "acceptance_rate" in snap.approximate
+
+
+def test_sglang_restart():
+    s = diff("sglang-dp2-after.prom", "sglang-dp2-restart.prom")
+    check(s["models"]["deepseek-ai/DeepSeek-V3"]["all"], num_drafts=100, mean_acceptance_length=2.4,
+          acceptance_rate=0.4666667)
+
+
+def test_sglang_spec_off_is_not_zero():
+    with pytest.raises(NoSpecDecodeFamilies) as e:
+        extract(read("sglang-spec-off.prom"))
+    assert e.value.generation == {("deepseek-ai/DeepSeek-V3", "0"): 500}
+    assert "sglang" in str(e.value)
+
+
+def test_sglang_ranks_disagreeing_on_the_width_leave_the_engine_out():
+    text = read("sglang-dp2-after.prom").decode().replace(
+        'sglang:spec_num_draft_tokens{dp_rank="1",engine_type="unified",model_name="deepseek-ai/DeepSeek-V3",'
+        'moe_ep_rank="0",pp_rank="0",tp_rank="0"} 4.0', 'sglang:spec_num_draft_tokens{dp_rank="1",engine_type="unified",'
+        'model_name="deepseek-ai/DeepSeek-V3",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 6.0')
+    snap = extract(text)
+    assert snap.engines == {}
+    assert any("[4.0, 6.0]" in w for w in snap.warnings)
+
+
+def test_sglang_before_the_verify_counter_is_refused():
+    old = b'sglang:spec_accept_length{engine_type="unified",model_name="m"} 2.7\n'
+    with pytest.raises(UnsupportedProducer, match="0.5.15"):
+        extract(old)
+
+
+# --- vLLM V0: recognised and refused ---
+
+def test_vllm_v0_is_refused_with_exit_2():
+    done = run_cli("report", str(FIX / "vllm-v0.prom"))
+    assert done.returncode == 2
+    (line,) = done.stderr.decode().splitlines()
+    assert "vLLM V0" in line and "sums of sums" in line and ">= 0.11" in line
+    with pytest.raises(UnsupportedProducer):
+        extract(read("vllm-v0.prom"))
+
+
+# --- naming the producer ---
+
+def test_a_named_producer_is_used_even_when_another_would_be_detected():
+    # Read as plain vLLM, Dynamo's two workers would collide: the V1 adapter keeps the first.
+    both = read("dynamo-vllm-dp2-after.prom") + read("dynamo-vllm-dp2-restart.prom")
+    plain = extract(both, producer="vllm-v1")
+    assert plain.producer == "vllm-v1" and sorted(e for _, e in plain.engines) == ["0", "1"]
+    assert any("repeats" in w for w in plain.warnings)
+
+
+def test_a_named_producer_whose_families_are_absent():
+    with pytest.raises(NoSpecDecodeFamilies) as e:
+        extract(read("llamacpp-after.prom"), producer="lmdeploy")
+    assert "lmdeploy:spec_decode_num_drafts_total" in str(e.value) and "'llamacpp'" in str(e.value)
+    with pytest.raises(ValueError, match="unknown producer 'tgi'"):
+        extract(read("llamacpp-after.prom"), producer="tgi")
+
+
+def test_every_producer_is_registered_once():
+    assert len(PRODUCERS) == len(ADAPTERS) == len(set(PRODUCERS))
+    assert {"vllm-v1", "vllm-v0", "llamacpp", "lmdeploy", "ray-serve", "dynamo-vllm", "dynamo-trtllm", "dynamo-sglang",
+            "trtllm", "sglang"} == set(PRODUCERS)
+
+
+# --- no adapter raises on junk ---
+
+_LABELS = st.dictionaries(
+    st.sampled_from(["model_name", "engine", "position", "token_position", "worker_id", "ReplicaId", "WorkerId",
+                     "dp_rank", "is_streaming", "dynamo_namespace"]),
+    st.one_of(st.sampled_from(["0", "1", "2", "-1", "²", "1e3", "", "a"]), st.text(max_size=8)), max_size=5)
+_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6).map(float),
+                    st.sampled_from([0.0, 1.0, 1e308, -0.0]))
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(WANTED)), _LABELS, _VALUES), max_size=40))
+def test_no_adapter_raises_on_junk(samples):
+    exp = Exposition()
+    for name, labels, value in samples:
+        exp.samples.setdefault(name, []).append(Sample(name, labels, value))
+    for adapter in ADAPTERS:
+        try:
+            snap = adapter.snapshot(exp)
+        except UnsupportedProducer:
+            continue  # a clear refusal (vLLM V0, SGLang without its counter)
+        adapter.generation_tokens(exp)
+        if snap is None:
+            continue
+        for c in snap.engines.values():
+            values = (c.drafts, c.draft_tokens, c.accepted, *c.per_position)
+            assert all(math.isfinite(v) and v >= 0 for v in values), (adapter.name, c)
+
+
+def test_counters_too_large_to_add_up_give_no_figure():
+    big = "1e308"
+    text = "".join(
+        f'trtllm_spec_decode_{n}_tokens_total{{model_name="m",token_position="{p}"}} {big}\n'
+        for n in ("drafted", "accepted") for p in (0, 1))
+    snap = extract(text)
+    assert snap.engines == {} and any("too large" in w for w in snap.warnings)
