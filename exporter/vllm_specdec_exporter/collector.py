@@ -138,6 +138,9 @@ class SpecDecodeCollector(Collector):
                               "Counter invariant violations seen in poll-to-poll increments.", [T])
         parse_errors = _counter("exporter_parse_errors", "Malformed or duplicate lines among the families read.", [T])
         refused = _counter("exporter_series_refused", "Model/engine series refused by max_series_per_target.", [T])
+        target_info = _gauge("target_info", "The producer detected (or configured) for a target, and which of its figures are "
+                             "approximate (comma-separated; empty: all exact); the value is always 1.",
+                             [T, "producer", "approximate"])
         for v in views:
             up.add_metric([v.name], 1.0 if v.up else 0.0)
             for result, n in v.polls.items():
@@ -150,8 +153,11 @@ class SpecDecodeCollector(Collector):
             violations.add_metric([v.name], v.invariant_violations)
             parse_errors.add_metric([v.name], v.parse_errors)
             refused.add_metric([v.name], v.series_refused)
+            if v.producer:
+                target_info.add_metric([v.name, v.producer, ",".join(v.approximate)], 1.0)
         info = _gauge("exporter_build_info", "Build of the exporter; the value is always 1.", ["version", "python_version"])
         info.add_metric([__version__, platform.python_version()], 1.0)
+        yield target_info
         yield from (up, polls, duration, last, resets, violations, parse_errors, refused, info)
 
 

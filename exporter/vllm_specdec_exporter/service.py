@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import aiohttp
 import structlog
 
-from .adapters import NoSpecDecodeFamilies, extract
+from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import classify, match_profile
@@ -32,7 +32,7 @@ log = structlog.get_logger("vllm_specdec_exporter")
 
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POLL_RESULTS = ("success", "http_error", "timeout", "connect_error", "invalid_url", "too_large",
-                "not_prometheus", "no_spec_decode", "error")
+                "not_prometheus", "no_spec_decode", "unsupported_producer", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,8 @@ class TargetView:
     # drafting stays visible (and alertable) through the sidecar alone.
     generation_only: Mapping[SeriesKey, float] = field(default_factory=dict)
     models: tuple[ModelView, ...] = ()
+    producer: str | None = None  # adapters.PRODUCERS name of the last successful poll
+    approximate: tuple[str, ...] = ()  # figures that are estimates for that producer
 
 
 def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], settings: Settings,
@@ -161,12 +163,14 @@ class TargetPoller:
                 self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
-            snapshot = extract(body, self.settings.max_payload_bytes)
+            snapshot = extract(body, self.settings.max_payload_bytes, self.target.producer)
             result = "success"
         except PayloadTooLarge as e:
             result, error = "too_large", str(e)
         except NotPrometheusText as e:
             result, error = "not_prometheus", str(e)
+        except UnsupportedProducer as e:  # recognised (e.g. vLLM V0) and refused: no figure would be right
+            result, error = "unsupported_producer", str(e)
         except NoSpecDecodeFamilies as e:
             result, error, generation = "no_spec_decode", str(e), e.generation
         except SourceError as e:
@@ -238,7 +242,7 @@ class TargetPoller:
             invariant_violations=view.invariant_violations + violations,
             parse_errors=view.parse_errors + snapshot.malformed_lines + snapshot.duplicate_series,
             series_refused=view.series_refused + refused,
-            raw=engines, generation_only={},
+            raw=engines, generation_only={}, producer=snapshot.producer, approximate=snapshot.approximate,
             models=model_views(self.history, engines, self.settings, self.target.method),
             **common,
         )

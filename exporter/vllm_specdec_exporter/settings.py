@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from . import config
+from .adapters import PRODUCERS
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -33,6 +34,7 @@ class Target:
     url: str
     method: str | None = None  # mtp, eagle3, dspark, ...: vLLM does not expose it
     bearer_token_file: str | None = None
+    producer: str | None = None  # one of adapters.PRODUCERS; None: detected from each payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,7 @@ def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict]:
 
 
 def _target(key: str, raw: Any) -> Target:
-    raw = _mapping(key, raw, ("name", "url", "method", "bearer_token_file"))
+    raw = _mapping(key, raw, ("name", "url", "method", "bearer_token_file", "producer"))
     if "url" not in raw:
         raise ConfigError(f"{key}.url", "missing (an http(s) URL of vLLM's /metrics)")
     name = raw.get("name", config.DEFAULT_TARGET_NAME)
@@ -159,7 +161,11 @@ def _target(key: str, raw: Any) -> Target:
     token_file = raw.get("bearer_token_file")
     if token_file is not None and not isinstance(token_file, str):
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
-    return Target(name, _url(f"{key}.url", raw["url"]), method, token_file)
+    producer = raw.get("producer")
+    if producer is not None and producer not in PRODUCERS:
+        raise ConfigError(f"{key}.producer", f"{producer!r} is not a known producer (one of {', '.join(PRODUCERS)}; "
+                                              "leave it out to detect it)")
+    return Target(name, _url(f"{key}.url", raw["url"]), method, token_file, producer)
 
 
 def _profile(key: str, raw: Any) -> BaselineProfile:
