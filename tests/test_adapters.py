@@ -333,3 +333,98 @@ def test_counters_too_large_to_add_up_give_no_figure():
         for n in ("drafted", "accepted") for p in (0, 1))
     snap = extract(text)
     assert snap.engines == {} and any("too large" in w for w in snap.warnings)
+
+
+# --- the sidecar: every producer's figures under the same names, the producer shown ---
+
+SIDECAR_CASES = [  # (before, after, producer, model, hand-worked AL and acceptance over the interval)
+    ("llamacpp-before.prom", "llamacpp-after.prom", "llamacpp", "", 2.6, 0.5454545),
+    ("lmdeploy-dp2-before.prom", "lmdeploy-dp2-after.prom", "lmdeploy", "deepseek-ai/DeepSeek-V3", 2.4, 0.7),
+    ("ray-serve-before.prom", "ray-serve-after.prom", "ray-serve", "qwen3-8b", 1.68, 0.34),
+    ("dynamo-vllm-dp2-before.prom", "dynamo-vllm-dp2-after.prom", "dynamo-vllm", "Qwen/Qwen3-8B", 2.3142857, 0.6571429),
+    ("trtllm-before.prom", "trtllm-after.prom", "trtllm", "nvidia/DeepSeek-R1-FP4", 2.6666667, 0.5882353),
+    ("sglang-dp2-before.prom", "sglang-dp2-after.prom", "sglang", "deepseek-ai/DeepSeek-V3", 2.45, 0.4833333),
+]
+
+
+async def _sidecar(payloads: list[bytes], target: dict):
+    """The real exporter app polling a loopback server that serves ``payloads`` in turn."""
+    import aiohttp
+    from aiohttp import web
+    from sidecar_harness import FakeClock, start
+
+    from vllm_specdec_exporter.settings import build_settings
+    from vllm_specdec_exporter.web import POLLERS, create_app
+
+    served = iter(payloads)
+
+    async def metrics(_request):
+        return web.Response(body=next(served), content_type="text/plain")
+
+    upstream = web.Application()
+    upstream.router.add_get("/metrics", metrics)
+    up_runner, up_url = await start(upstream)
+    clock = FakeClock()
+    settings = build_settings({"targets": [{"name": "t", "url": f"{up_url}/metrics", **target}]},
+                              {"listen_address": "127.0.0.1:0"})
+    app = create_app(settings, mono=clock, start_polling=False)
+    runner, url = await start(app)
+    results = []
+    try:
+        for _ in payloads:
+            results += [await p.poll_once() for p in app[POLLERS]]
+            clock.t += 5
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/metrics") as resp:
+                metrics_text = await resp.text()
+            async with session.get(f"{url}/") as resp:
+                page = await resp.text()
+    finally:
+        await runner.cleanup()
+        await up_runner.cleanup()
+    return results, parse(metrics_text).samples, page
+
+
+def _one(samples: dict, name: str, **labels) -> float:
+    found = [s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+@pytest.mark.parametrize("before, after, producer, model, al, rate", SIDECAR_CASES)
+def test_sidecar_exports_every_producer_under_the_same_names(before, after, producer, model, al, rate):
+    import asyncio
+
+    results, m, page = asyncio.run(_sidecar([read(before), read(after)], {}))
+    assert results == ["success", "success"]
+    approximate = "mean_acceptance_length,acceptance_rate" if producer == "sglang" else ""
+    assert _one(m, "vllm_specdec_target_info", target="t", producer=producer, approximate=approximate) == 1
+    assert _one(m, "vllm_specdec_mean_acceptance_length", model_name=model, window="1m") == pytest.approx(al, abs=1e-6)
+    assert _one(m, "vllm_specdec_acceptance_rate", model_name=model, window="1m") == pytest.approx(rate, abs=1e-6)
+    # The normalised counters are the adapter's, per engine, whatever the producer called them.
+    snap = extract(read(after))
+    for (mdl, engine), c in snap.engines.items():
+        assert _one(m, "vllm_specdec_drafts_total", model_name=mdl, engine=engine) == c.drafts
+        assert _one(m, "vllm_specdec_accepted_tokens_total", model_name=mdl, engine=engine) == c.accepted
+    assert f"<td>{producer}" in page
+
+
+def test_sidecar_named_producer_and_refused_v0():
+    import asyncio
+
+    # Named: Dynamo's payload read as plain vLLM (the configured producer wins).
+    results, m, _ = asyncio.run(_sidecar([read("dynamo-vllm-dp2-after.prom")], {"producer": "vllm-v1"}))
+    assert results == ["success"]
+    assert _one(m, "vllm_specdec_target_info", target="t", producer="vllm-v1", approximate="") == 1
+    results, m, page = asyncio.run(_sidecar([read("vllm-v0.prom")], {}))
+    assert results == ["unsupported_producer"]
+    assert _one(m, "vllm_specdec_exporter_polls_total", target="t", result="unsupported_producer") == 1
+    assert _one(m, "vllm_specdec_up", target="t") == 0
+    assert "vLLM V0" in page
+
+
+def test_config_producer_is_validated():
+    from vllm_specdec_exporter.settings import ConfigError, build_settings
+
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.producer: 'tgi' is not a known producer \(one of vllm-v0"):
+        build_settings({"targets": [{"url": "http://127.0.0.1:1/metrics", "producer": "tgi"}]}, {})

@@ -8,7 +8,7 @@ import sys
 import time
 
 from . import __version__, config
-from .adapters import extract
+from .adapters import PRODUCERS, extract
 from .adapters.vllm_v1 import series_name
 from .derive import delta_engines
 from .model import Snapshot
@@ -51,6 +51,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "--timeout", type=_duration, default=config.DEFAULT_HTTP_TIMEOUT_SECONDS,
         help=f"HTTP timeout per fetch (default: {config.DEFAULT_HTTP_TIMEOUT_SECONDS:g}s)",
     )
+    p.add_argument("--producer", choices=PRODUCERS, help="read the payload as this producer's (default: detected)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _load(source: str, args: argparse.Namespace) -> Snapshot:
     data = read_source(source, args.max_bytes, args.timeout)
     try:
-        return extract(data, args.max_bytes)
+        return extract(data, args.max_bytes, args.producer)
     except ParseError as e:
         name = "stdin" if source == "-" else redact_url(source)
         raise ParseError(f"{name}: {e}") from None
@@ -111,7 +112,15 @@ def _report(args: argparse.Namespace) -> tuple[dict, str]:
     snap = _load(args.source, args)
     summary = summarize(snap.engines, None, snap.warnings)
     shown = "stdin" if args.source == "-" else redact_url(args.source)
-    return summary, f"{PROG} report: totals since the counters started ({shown})"
+    return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
+
+
+def _producer(summary: dict, snap: Snapshot) -> str:
+    """Adds the producer to the JSON; returns the line for the text title."""
+    summary["producer"] = snap.producer
+    summary["approximate"] = list(snap.approximate)
+    approximate = f"; approximate: {', '.join(snap.approximate)} (see the README)" if snap.approximate else ""
+    return f"\nproducer: {snap.producer}{approximate}"
 
 
 def _diff(args: argparse.Namespace) -> tuple[dict, str]:
@@ -135,7 +144,8 @@ def _diff(args: argparse.Namespace) -> tuple[dict, str]:
         raise UsageError(f"the two sources come from different producers ({before.producer}, {after.producer})")
     deltas = delta_engines(before.engines, after.engines, series_name)
     warnings = [*before.warnings, *after.warnings, *deltas.warnings]
-    return summarize(deltas.counters, interval, warnings), f"{PROG} diff: counters accrued between two scrapes ({shown})"
+    summary = summarize(deltas.counters, interval, warnings)
+    return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -162,7 +162,8 @@ async def landing(request: web.Request) -> web.Response:
         v = p.view
         state = "up" if v.up else "down"
         last = "never" if v.last_success_wall is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(v.last_success_wall))
-        rows.append(f"<tr><td>{esc(v.name)}</td><td>{esc(v.url)}</td><td class={state}>{state}</td>"
+        producer = esc(v.producer or "-") + (f" (approximate: {esc(', '.join(v.approximate))})" if v.approximate else "")
+        rows.append(f"<tr><td>{esc(v.name)}</td><td>{esc(v.url)}</td><td>{producer}</td><td class={state}>{state}</td>"
                     f"<td>{last}</td><td>{esc(v.last_error or '')}</td></tr>")
         if v.name not in fresh:
             continue
@@ -193,7 +194,7 @@ async def landing(request: web.Request) -> web.Response:
 Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/summary?window={esc(settings.health_window)}">/api/v1/summary</a>
 · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
-<h2>Targets</h2><table><tr><th>target</th><th>url</th><th>state</th><th>last success</th><th>last error</th></tr>
+<h2>Targets</h2><table><tr><th>target</th><th>url</th><th>producer</th><th>state</th><th>last success</th><th>last error</th></tr>
 {''.join(rows)}</table>
 <h2>Models</h2>{''.join(models) or '<p>No fresh data yet.</p>'}
 </body></html>"""
