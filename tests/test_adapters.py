@@ -428,3 +428,23 @@ def test_config_producer_is_validated():
 
     with pytest.raises(ConfigError, match=r"targets\[0\]\.producer: 'tgi' is not a known producer \(one of vllm-v0"):
         build_settings({"targets": [{"url": "http://127.0.0.1:1/metrics", "producer": "tgi"}]}, {})
+
+
+def test_helm_schema_lists_the_same_producers():
+    from conftest import REPO
+
+    schema = json.loads((REPO / "helm" / "vllm-specdec-exporter" / "values.schema.json").read_text())
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "producer" in node.get("properties", {}):
+                found.append(node["properties"]["producer"]["enum"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    assert found == [list(PRODUCERS)]
