@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench fuzz venv tools generate preview clean
+.PHONY: demo test soak bench fuzz venv tools generate preview clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench: $(STAMP)
 ## fuzz: the property-based tests of the parser, adapters and math with 100x the examples (~10 min)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_properties.py --timeout=3600
+
+## soak: the two-hour soak of the sidecar under tracemalloc (~3 min); make test runs a cheaper 30-minute form
+soak: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/test_faults.py --timeout=1800
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
