@@ -4,13 +4,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/vllm-specdec-exporter
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test soak bench fuzz venv tools generate preview clean
 
-$(STAMP): pyproject.toml
+# The demo needs only the runtime dependencies; the tests add the test extra.
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -44,9 +50,10 @@ generate: $(STAMP)
 preview: $(STAMP) tools
 	$(PY) dashboards/render_preview.py --live --out docs/overview-preview.png
 
-## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops)
-demo: $(STAMP)
-	$(CLI) demo
+## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops).
+## Options through ARGS, e.g. make demo ARGS="--exporter-port 9800 --simulator-port 18100 --speed 2"
+demo: $(RUNTIME_STAMP)
+	$(CLI) demo $(ARGS)
 
 ## test: every test
 test: $(STAMP) tools

@@ -41,9 +41,10 @@ def test_every_base_image_is_pinned_by_digest():
         assert image == "${BASE}", f"FROM {image} is not the pinned base"
 
 
-def test_the_locked_runtime_set_installs_with_hashes_and_runs_the_cli(tmp_path):
+def test_the_locked_runtime_set_installs_with_hashes_and_runs_the_cli_and_demo(tmp_path):
     """What the image's pip steps do, for real: the lock alone installs with
-    --require-hashes and is enough to run the command line."""
+    --require-hashes and is enough to run the command line and the demo (which
+    `make demo` installs with the runtime dependencies only, no test extra)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -55,3 +56,8 @@ def test_the_locked_runtime_set_installs_with_hashes_and_runs_the_cli(tmp_path):
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "mean acceptance length  2.572" in out.stdout
+    demo = subprocess.run([str(py), "-m", "vllm_specdec_exporter", "demo", "--duration", "3s",
+                           "--exporter-port", "0", "--simulator-port", "0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    assert "per engine AL" in demo.stdout and "demo stopped" in demo.stdout
