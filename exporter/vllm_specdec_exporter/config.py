@@ -121,6 +121,10 @@ IDLE_TIMEOUT_SECONDS = 75.0
 # connection (one still sending headers first) is closed, so a probe always gets in.
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64
+# Connections asyncio accepts per loop tick. An accepted socket reaches the cap's
+# check a tick later and an evicted one frees its descriptor a tick after that, so
+# three batches are in the descriptor budget.
+ACCEPT_BATCH = 16
 ACCEPT_ERROR_LOG_INTERVAL_SECONDS = 10.0
 # Basic auth: bcrypt (~0.1 s at cost 10) on this many threads, off the event loop;
 # successful checks cached (LRU) so scrapes do not pay it each time.

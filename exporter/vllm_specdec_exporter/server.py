@@ -21,6 +21,7 @@ else) are logged at most once per ``ACCEPT_ERROR_LOG_INTERVAL_SECONDS`` with a c
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from asyncio.sslproto import SSLProtocol
 from collections.abc import Callable
@@ -76,16 +77,23 @@ class Pool:
 
 
 class _Watch(asyncio.Protocol):
-    """Between one connection and aiohttp's RequestHandler (plaintext side)."""
+    """Between one connection and aiohttp (plaintext side). aiohttp's handler is only
+    created once the first request's headers are in: a connection that never sends
+    them costs a few hundred bytes and a timer, not a handler and its task."""
 
-    def __init__(self, site: GuardedSite, handler: asyncio.Protocol, allowed_sans: frozenset[str] | None):
-        self.site, self.handler, self.allowed_sans = site, handler, allowed_sans
+    def __init__(self, site: GuardedSite, allowed_sans: frozenset[str] | None):
+        self.site, self.allowed_sans = site, allowed_sans
         self.raw: asyncio.Transport | None = None
+        self.transport: asyncio.BaseTransport | None = None
+        self.handler: asyncio.Protocol | None = None
         self.waiting = True  # for the first request's headers
-        self.connected = False
-        self._tail = b""
+        self._head = b""
         self._timer: asyncio.TimerHandle | None = None
         self.active = 0.0
+
+    @property
+    def connected(self) -> bool:
+        return self.handler is not None
 
     def opened(self, raw: asyncio.Transport) -> None:
         """The socket is accepted (before any TLS handshake)."""
@@ -115,35 +123,42 @@ class _Watch(asyncio.Protocol):
             log.warning("client_certificate_refused", reason="no allowed SAN", peer=transport.get_extra_info("peername"))
             self.abort()
             return
-        self.connected = True
-        self.handler.connection_made(transport)
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.active = asyncio.get_running_loop().time()
-        if self.waiting:
-            seen = self._tail + data  # small: aiohttp refuses request headers over 8 KiB
-            if b"\r\n\r\n" in seen or b"\n\n" in seen:
-                self.waiting = False
-                if self._timer:
-                    self._timer.cancel()
-            else:
-                self._tail = seen[-3:]
-        self.handler.data_received(data)
+        if self.handler is not None:
+            self.handler.data_received(data)
+            return
+        if self.transport is None:
+            return
+        self._head += data
+        # Over 16 KiB without an end: aiohttp refuses it (431) once it has it.
+        if b"\r\n\r\n" in self._head or b"\n\n" in self._head or len(self._head) > 16384:
+            self.waiting = False
+            if self._timer:
+                self._timer.cancel()
+            self.handler = self.site._runner.server()
+            self.handler.connection_made(self.transport)
+            head, self._head = self._head, b""
+            self.handler.data_received(head)
 
     def eof_received(self):
-        return self.handler.eof_received() if self.connected else None
+        return self.handler.eof_received() if self.handler else None
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed()
-        if self.connected:
-            self.connected = False
-            self.handler.connection_lost(exc)
+        if self.handler is not None:
+            handler, self.handler = self.handler, None
+            handler.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        self.handler.pause_writing()
+        if self.handler is not None:
+            self.handler.pause_writing()
 
     def resume_writing(self) -> None:
-        self.handler.resume_writing()
+        if self.handler is not None:
+            self.handler.resume_writing()
 
 
 def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
@@ -192,13 +207,20 @@ class GuardedSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._connection, self.host, self.port, backlog=self._backlog)
+        # asyncio accepts up to `backlog` connections per loop tick before any of our
+        # code runs, and an evicted socket's descriptor is only freed on the next tick:
+        # keep that batch small (it is counted in the descriptor budget), and the
+        # kernel's queue long (a burst of scrapes must not overflow into SYN retries).
+        self._server = await loop.create_server(self._connection, self.host, self.port,
+                                                backlog=config.ACCEPT_BATCH)
+        for listening in self._server.sockets:
+            with socket.fromfd(listening.fileno(), listening.family, listening.type) as dup:
+                dup.listen(self._backlog)
         install_accept_error_handler(loop, self.pool)
 
     def _connection(self) -> asyncio.BaseProtocol:
-        handler = self._runner.server()
         cfg = self.web_config() if self.web_config else None
-        watch = _Watch(self, handler, cfg.allowed_sans if cfg else None)
+        watch = _Watch(self, cfg.allowed_sans if cfg else None)
         if cfg is None or cfg.ssl_context is None:
             return watch
         return _TLS(watch, cfg.ssl_context, self.limits.header_timeout)

@@ -223,7 +223,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # Connections stay below the open-file limit, a reserve kept for the polls.
-    fit = open_file_limit(config.FD_RESERVE + 2 * len(settings.targets))
+    fit = open_file_limit(config.FD_RESERVE + 3 * config.ACCEPT_BATCH + 2 * len(settings.targets))
     limits = Limits(max_connections=max(8, min(config.MAX_CONNECTIONS, fit)))
     runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
                            handle_signals=False, keepalive_timeout=config.IDLE_TIMEOUT_SECONDS)
