@@ -448,3 +448,13 @@ def test_helm_schema_lists_the_same_producers():
 
     walk(schema)
     assert found == [list(PRODUCERS)]
+
+
+def test_llamacpp_drafts_without_position_series_is_a_cut_scrape():
+    # After the first speculative request the per-position series exist: a payload
+    # with drafts but without them was cut off, and is not read as k=0.
+    text = read("llamacpp-after.prom").decode()
+    cut = text[: text.index("# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total")]
+    snap = extract(cut)
+    assert snap.engines == {}
+    assert any("cut-off" in w for w in snap.warnings)

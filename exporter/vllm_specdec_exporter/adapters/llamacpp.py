@@ -9,8 +9,27 @@ it moves with the same slot release was not verified.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .common import RenamedVllmAdapter, with_prefix
 
 PREFIX = "llamacpp:"
 
-ADAPTER = RenamedVllmAdapter("llamacpp", (with_prefix(PREFIX, generation=False),))
+
+class LlamacppAdapter(RenamedVllmAdapter):
+    def snapshot(self, exp):
+        snap = super().snapshot(exp)
+        if snap is None:
+            return None
+        # Drafts counted but no per-position series: the first speculative request
+        # finished, so the series exist and this scrape was cut off before them.
+        cut = [key for key, c in snap.engines.items() if not c.k and c.drafts > 0]
+        if not cut:
+            return snap
+        warnings = [f"{PREFIX}spec_decode_num_accepted_tokens_per_pos_total absent while drafts were counted "
+                    "(a cut-off scrape?); engine left out"]
+        return replace(snap, engines={k: c for k, c in snap.engines.items() if k not in cut},
+                       warnings=snap.warnings + tuple(warnings))
+
+
+ADAPTER = LlamacppAdapter("llamacpp", (with_prefix(PREFIX, generation=False),))
