@@ -64,13 +64,15 @@ def mix(drafts: float, per_pos: list[float], k: int | None = None, gen: float | 
             "gen": drafts + accepted if gen is None else gen}
 
 
-def deployment(variant: str, pod: str, model: str, phases, engine: str = "0", skip=()) -> list[dict]:
-    """Series of one engine through phases: [(mix, minutes) | ('restart',) | ('absent-drafts', mix, minutes)]."""
+def deployment(variant: str, pod: str, model: str, phases, engine: str = "0", skip=(), extra=None,
+               target: str = "vllm") -> list[dict]:
+    """Series of one engine through phases: [(mix, minutes) | ('restart',) | ('absent-drafts', mix, minutes)].
+    A phase with fewer positions than k (k lowered across a restart) leaves the others absent."""
     n = NAMES[variant]
-    labels = {"namespace": NS, "pod": pod, "model_name": model, "engine": engine,
+    labels = {**(extra or {}), "namespace": NS, "pod": pod, "model_name": model, "engine": engine,
               "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm"}
     if variant == "sidecar":
-        labels["target"] = "vllm"
+        labels["target"] = target
 
     def sel(metric: str, extra: dict | None = None) -> str:
         body = ",".join(f'{k}="{v}"' for k, v in {**labels, **(extra or {})}.items())
@@ -90,6 +92,9 @@ def deployment(variant: str, pod: str, model: str, phases, engine: str = "0", sk
                     out.append(("absent", minutes))
                 continue
             m, minutes = phase
+            if index is not None and index >= len(m[key]):
+                out.append(("absent", minutes))
+                continue
             value = m[key] if index is None else m[key][index]
             out.append((value, minutes))
         return out
@@ -143,12 +148,22 @@ def alert(name: str, severity: str, labels: dict, summary: str, description: str
                                 "runbook_url": f"{RUNBOOK}#{name.lower()}"}}
 
 
+VARIANT = {"v": "sidecar"}  # the variant being rendered: sidecar alerts also carry `target`
+
+
+def pod_labels(pod: str, model: str, **extra) -> dict:
+    out = {**extra, "namespace": NS, "pod": pod, "model_name": model}
+    if VARIANT["v"] == "sidecar":
+        out.setdefault("target", "vllm")
+    return out
+
+
 def where(pod: str, model: str) -> str:
     return f"{model} on {NS}/{pod}"
 
 
 def collapsed(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", {"namespace": NS, "pod": pod, "model_name": model},
+    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(pod, model),
                  "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
                  f"Mean acceptance length of {where(pod, model)} is {value} over 5m (1.0 means no draft token is "
                  f"accepted) with real traffic. Decoding still works but runs at non-speculative speed: suspect the "
@@ -156,21 +171,45 @@ def collapsed(pod: str, model: str, value: str) -> dict:
 
 
 def below_baseline(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+    return alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", pod_labels(pod, model),
                  "Speculative-decoding acceptance is below the baseline profile's expectation.",
                  f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 1 + 0.75 x (baseline - 1) "
-                 f"for its baseline profile (vllm_specdec_baseline_mean_acceptance_length).")
+                 f"for its baseline profile (namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max).")
+
+
+def first_low(pod: str, model: str, value: str, **extra) -> dict:
+    return alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning", pod_labels(pod, model, **extra),
+                 "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
+                 f"Position 0 of {where(pod, model)} was accepted in {value} of drafts over 5m (healthy MTP: 66 % or "
+                 f"more, whatever k). Either a broken draft path (draft sampling, missing draft context, a partly "
+                 f"broken head), or synthetic random-token load such as a benchmark, which gives the same counters.")
+
+
+def engine_collapsed(pod: str, model: str, engine: str, value: str, **extra) -> dict:
+    return alert("VLLMSpecDecodeEngineCollapsed", "critical", pod_labels(pod, model, engine=engine, **extra),
+                 "One engine's speculative decoding has collapsed while its siblings are healthy.",
+                 f"Engine {engine} of {where(pod, model)} has a mean acceptance length of {value} over 5m with real "
+                 f"traffic, while the server as a whole has not collapsed: one data-parallel rank decodes at "
+                 f"non-speculative speed (its draft head failed to load or is corrupt on that rank).")
+
+
+def engine_lagging(pod: str, model: str, engine: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeEngineLagging", "warning", pod_labels(pod, model, engine=engine),
+                 "One engine's speculative gain lags far behind its siblings'.",
+                 f"The speculative gain (mean acceptance length - 1) of engine {engine} of {where(pod, model)} is "
+                 f"{value} over 5m, below 0.75 x the whole server's. Engines of one server share traffic and weights "
+                 f"and differ by a few percent: this rank is broken.")
 
 
 def dropped(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceDropped", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+    return alert("VLLMSpecDecodeAcceptanceDropped", "warning", pod_labels(pod, model),
                  "Speculative-decoding acceptance fell sharply against this deployment's own history.",
                  f"The speculative gain (mean acceptance length - 1) of {where(pod, model)} is {value} over the last "
-                 f"30m, below 0.6 x its average over the previous day.")
+                 f"30m, more than 0.4 below its average over the previous day at the same k.")
 
 
 def not_drafting(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeNotDrafting", "warning", {"namespace": NS, "pod": pod, "model_name": model},
+    return alert("VLLMSpecDecodeNotDrafting", "warning", pod_labels(pod, model),
                  "vLLM generates tokens but speculative decoding has stopped drafting.",
                  f"{where(pod, model)} generates {value} tokens/s with no drafts over 5m, although it was drafting "
                  f"within the last day: speculative decoding is off or silently disabled.")
@@ -178,14 +217,14 @@ def not_drafting(pod: str, model: str, value: str) -> dict:
 
 def wasted(pod: str, model: str, position: str, value: str) -> dict:
     return alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
-                 {"namespace": NS, "pod": pod, "model_name": model, "position": position},
+                 pod_labels(pod, model, position=position),
                  "The last speculative position is almost never accepted: a smaller k would save draft compute.",
                  f"The last draft position (position {position}) of {where(pod, model)} was accepted in {value} of "
                  f"drafts over 1h. Each draft still pays for it; consider num_speculative_tokens = {position}.")
 
 
 def high(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", {"namespace": NS, "pod": pod, "model_name": model},
+    return alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", pod_labels(pod, model),
                  "Speculative-decoding acceptance is suspiciously close to 100 %.",
                  f"Draft acceptance of {where(pod, model)} is {value} over 30m. Sustained acceptance this high goes "
                  f"with repetition loops (draft and target agree on repeating text).")
@@ -209,7 +248,8 @@ def collapse_group(v: str) -> dict:
     s += deployment(v, "pro-restart", PRO, [(PRO_HEALTHY, 40), ("restart",), (PRO_HEALTHY, 80)])
     s += deployment(v, "flash-sampling-bug", FLASH, [(FLASH_SAMPLING_BUG, 120)])
     s += deployment(v, "flash-miswired", FLASH, [(FLASH_MISWIRED, 120)])
-    C = "VLLMSpecDecodeAcceptanceCollapsed"
+    C, B, F = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline",
+               "VLLMSpecDecodeFirstPositionAcceptanceLow")
     early = [collapsed("pro-boundary-fire", PRO, "1.098"), collapsed("flash-miswired", FLASH, "1.090")]
     tests = [
         check("50m", C, early),
@@ -218,16 +258,19 @@ def collapse_group(v: str) -> dict:
         check("115m", C, [*early, collapsed("pro-broken", PRO, "1.036")]),
     ]
     if v == "sidecar":
-        # Profiles: V4-Pro k=2 2.27 -> threshold 1 + 0.75 * 1.27 = 1.9525; V4-Flash k=2 2.35 -> 2.0125;
-        # no profile for V4-Flash k=3: no baseline alert for the mis-wired pod.
         for pod in ("pro-healthy", "pro-broken", "pro-boundary-fire", "pro-boundary-quiet", "pro-idle", "pro-restart"):
             s += sidecar_gauges(pod, PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
-        s += sidecar_gauges("flash-sampling-bug", FLASH, 2, 2.35, "deepseek-v4-flash-mtp-k2")
-        s += sidecar_gauges("flash-miswired", FLASH, 3, None, None)
-        B = "VLLMSpecDecodeAcceptanceBelowBaseline"
-        steady = [below_baseline("pro-boundary-fire", PRO, "1.098"), below_baseline("pro-boundary-quiet", PRO, "1.102"),
-                  below_baseline("flash-sampling-bug", FLASH, "1.206")]
-        tests += [check("50m", B, steady), check("90m", B, [*steady, below_baseline("pro-broken", PRO, "1.036")])]
+        s += sidecar_gauges("flash-sampling-bug", FLASH, 2, 1.99, "deepseek-v4-flash-mtp-k2")
+        s += sidecar_gauges("flash-miswired", FLASH, 3, 1.99, "deepseek-v4-flash-mtp-k3")
+    # Profiles (both variants: the direct file carries them as rules): V4-Pro k=2 2.27 ->
+    # threshold 1 + 0.75 x 1.27 = 1.9525; V4-Flash k=2 and k=3 1.99 -> 1.7425.
+    steady = [below_baseline("pro-boundary-fire", PRO, "1.098"), below_baseline("pro-boundary-quiet", PRO, "1.102"),
+              below_baseline("flash-sampling-bug", FLASH, "1.206"), below_baseline("flash-miswired", FLASH, "1.090")]
+    # Position 0 (k-independent): 9 %, 9.4 %, 14.9 %, 7 %, and the broken head's 235/6590.
+    low = [first_low("pro-boundary-fire", PRO, "9%"), first_low("pro-boundary-quiet", PRO, "9.4%"),
+           first_low("flash-sampling-bug", FLASH, "14.9%"), first_low("flash-miswired", FLASH, "7%")]
+    tests += [check("50m", B, steady), check("90m", B, [*steady, below_baseline("pro-broken", PRO, "1.036")]),
+              check("50m", F, low), check("90m", F, [*low, first_low("pro-broken", PRO, "3.566%")])]
     return group("collapse and baseline: the real broken V4-Pro head, boundaries, idle, restart", s, tests)
 
 
@@ -238,6 +281,15 @@ def dropped_group(v: str) -> dict:
     s += deployment(v, "flash-dip", FLASH, [(FLASH_HEALTHY, 180), (FLASH_DIP, 60)])
     s += deployment(v, "flash-idle-broken", FLASH, [(FLASH_HEALTHY, 180), (FLASH_IDLE_BROKEN, 60)])
     s += deployment(v, "flash-restart", FLASH, [(FLASH_HEALTHY, 180), ("restart",), (FLASH_HEALTHY, 60)])
+    # k lowered from 3 to 1 on the same traffic: AL must fall with k, this is no drop.
+    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 180), ("restart",),
+                                                  (mix(1000, [800]), 60)])
+    if v == "sidecar":
+        for pod in ("flash-drop", "flash-steady-low", "flash-dip", "flash-idle-broken", "flash-restart"):
+            s += sidecar_gauges(pod, FLASH, 2, None, None)
+        base = {"namespace": NS, "pod": "flash-k-lowered", "model_name": FLASH, "job": "vllm-specdec-exporter",
+                "target": "vllm"}
+        s.append(gauge("vllm_specdec_num_speculative_tokens", base, "3x180 1x60"))
     D = "VLLMSpecDecodeAcceptanceDropped"
     # The 30m gain falls under 0.6 x 1.5 = 0.9 once 14 broken minutes are in it (t=194m),
     # then holds for 15m: firing from t=209m.
@@ -305,17 +357,33 @@ def wasted_and_high_group(v: str) -> dict:
 
 def sidecar_only_group() -> dict:
     base = {"namespace": NS, "pod": "pro-0", "job": "vllm-specdec-exporter", "instance": "10.0.0.7:9746"}
+
+    def polls(target: str, result: str, values: str) -> dict:
+        return gauge("vllm_specdec_exporter_polls_total", {**base, "target": target, "result": result}, values)
+
     s = [
-        gauge("vllm_specdec_up", {**base, "target": "vllm"}, "1x10 0x30"),
-        gauge("vllm_specdec_up", {**base, "target": "rank1"}, "1x40"),
+        # A 15-min weight reload: connection refused from 11m to 25m, then back.
+        gauge("vllm_specdec_up", {**base, "target": "reload"}, "1x10 0x14 1x35"),
+        polls("reload", "connect_error", "0x10 1+1x14 15x35"),
+        # A misconfiguration (401 from vLLM's --api-key, a wrong path): vLLM answers, wrongly, from 11m.
+        gauge("vllm_specdec_up", {**base, "target": "misconfigured"}, "1x10 0x50"),
+        polls("misconfigured", "http_error", "0x10 1+1x50"),
+        # Unreachable for good from 11m: longer than any reload.
+        gauge("vllm_specdec_up", {**base, "target": "gone"}, "1x10 0x50"),
+        polls("gone", "connect_error", "0x10 1+1x50"),
+        gauge("vllm_specdec_up", {**base, "target": "rank1"}, "1x60"),
         gauge("vllm_specdec_exporter_build_info", {**base, "version": "0.1.0", "python_version": "3.11.7"}, "1x30 _x30"),
         gauge("vllm_specdec_exporter_invariant_violations_total", {**base, "target": "vllm"}, "0x20 1x40"),
     ]
     T, A, I = "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated"
-    down = alert(T, "warning", {**base, "target": "vllm"},
-                 "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
-                 "Target vllm of the exporter at 10.0.0.7:9746 has failed its polls; see "
-                 "vllm_specdec_exporter_polls_total by result and the sidecar's log for why.")
+
+    def down(target: str) -> dict:
+        return alert(T, "warning", {**base, "target": target},
+                     "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
+                     f"Target {target} of the exporter at 10.0.0.7:9746 either answers with something that is not "
+                     f"vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
+                     f"misconfiguration), or has been unreachable for 30m, longer than any weight reload. See "
+                     f"vllm_specdec_exporter_polls_total by result and the sidecar's log.")
     absent = alert(A, "warning", {},
                    "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
                    "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
@@ -324,9 +392,12 @@ def sidecar_only_group() -> dict:
                       "vLLM's speculative-decoding counters break their own invariants.",
                       "The exporter at 10.0.0.7:9746 (target vllm) saw 1 invariant violations in 10m: a partial "
                       "scrape, a parse problem or a broken producer. The figures of the affected engine are suspect.")
-    return group("sidecar health: target down, exporter absent, invariant violations", s, [
-        check("13m", T, []),  # down since 11m: pending
-        check("20m", T, [down]),
+    return group("sidecar health: target down (reload, misconfiguration, gone), exporter absent, invariants", s, [
+        check("15m", T, []),  # misconfigured since 11m: pending
+        check("17m", T, [down("misconfigured")]),  # 6 min after onset
+        check("24m", T, [down("misconfigured")]),  # the reload, 13 min in: quiet
+        check("39m", T, [down("misconfigured")]),  # gone for 28 min: not yet
+        check("42m", T, [down("misconfigured"), down("gone")]),  # gone for 31 min
         check("40m", A, []),  # series gone at 31m; absent after the 5m staleness, pending for 10m
         check("50m", A, [absent]),
         check("15m", I, []),
@@ -349,9 +420,112 @@ def direct_invariant_group() -> dict:
     ])
 
 
+# --- One source of truth: the same counters through promtool and through the sidecar's
+# classifier (tests/test_rules.py runs health.judge on each case's 5m counters and
+# asserts the hand-written verdict; promtool asserts the hand-written alerts). ---
+def noisy(drafts: float, pos: list[float], f: float, d: float = 1.0) -> dict:
+    """PRO_HEALTHY-like engine with its acceptance scaled by f and its traffic by d (normal DP noise)."""
+    return mix(drafts * d, [drafts * d * p * f for p in pos])
+
+
+NOISE = [(1.00, 1.0), (0.97, 1.1), (1.03, 0.9), (0.96, 1.05), (1.04, 0.95), (0.98, 1.0), (1.02, 1.1), (0.95, 0.92)]
+DETECTION_ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
+                    "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline")
+CRITICAL = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed"}
+SERVED = "DSV4-W4A16-FP8-MTP"  # --served-model-name: matches no profile regex
+
+
+def k7(per_thousand: list[float]) -> dict:
+    return mix(1000, per_thousand)
+
+
+# (pod, model, per-engine mixes, the matching profile (name, AL) or None, verdict, expected
+# alerts as (alertname, engine or None, rendered $value)). All written by hand from
+# baselines.md's figures and the thresholds in config.Detection.
+VERDICT_CASES = [
+    ("dp8-healthy-noise", PRO, [noisy(6590, [0.924, 0.687], f, d) for f, d in NOISE],
+     ("deepseek-v4-pro-mtp-k2", 2.27), "ok", []),
+    ("dp8-dead-rank", PRO, [PRO_BROKEN if e == 3 else PRO_HEALTHY for e in range(8)],
+     ("deepseek-v4-pro-mtp-k2", 2.27), "degraded", [("VLLMSpecDecodeEngineCollapsed", "3", "1.036")]),
+    ("dp8-lagging-rank", PRO, [mix(6590, [3954, 1977]) if e == 5 else PRO_HEALTHY for e in range(8)],
+     ("deepseek-v4-pro-mtp-k2", 2.27), "degraded", [("VLLMSpecDecodeEngineLagging", "5", "0.900")]),
+    # The fixed V4-Flash k=2 sampling (AL 1.99, per position 0.70 / 0.29): healthy.
+    ("flash-k2-fixed", FLASH, [mix(1000, [700, 290])], ("deepseek-v4-flash-mtp-k2", 1.99), "ok", []),
+    ("flash-k1-worst-workload", FLASH, [mix(1000, [660])], ("deepseek-v4-flash-mtp-k1", 1.66), "ok", []),
+    ("pro-k3-golden-thinking-on", PRO, [mix(1000, [800, 450, 240])], ("deepseek-v4-pro-mtp-k3", 2.49), "ok", []),
+    ("pro-k8-golden-thinking-off", PRO, [mix(1000, [900, 700, 500, 350, 250, 180, 130, 100])],
+     ("deepseek-v4-pro-mtp-k8", 2.58), "ok", []),
+    # Random-token benchmark load on healthy V4-Flash gives the sampling bug's counters:
+    # it warns (naming both readings) and never pages.
+    ("flash-random-tokens", FLASH, [FLASH_SAMPLING_BUG], ("deepseek-v4-flash-mtp-k2", 1.99), "degraded",
+     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "14.9%"),
+      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.206")]),
+    ("flash-missing-context", FLASH, [mix(1000, [220, 100])], ("deepseek-v4-flash-mtp-k2", 1.99), "degraded",
+     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "22%"),
+      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.320")]),
+    ("pro-mtp3-at-1.2", PRO, [mix(1000, [150, 40, 10])], ("deepseek-v4-pro-mtp-k3", 2.49), "degraded",
+     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "15%"),
+      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.200")]),
+    ("flash-k7-at-1.31", FLASH, [k7([200, 60, 25, 12, 7, 4, 2])], ("deepseek-v4-flash-mtp-k7", 1.99), "degraded",
+     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "20%"),
+      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.310")]),
+    # A served name no profile regex matches: position 0 still catches it, without any profile.
+    ("served-name-k7-at-1.31", SERVED, [k7([200, 60, 25, 12, 7, 4, 2])], None, "degraded",
+     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "20%")]),
+    ("served-name-healthy", SERVED, [PRO_HEALTHY], None, "unknown", []),
+    ("pro-idle-broken", PRO, [IDLE_BROKEN], ("deepseek-v4-pro-mtp-k2", 2.27), "idle", []),
+]
+
+BUILDERS = {
+    "VLLMSpecDecodeAcceptanceCollapsed": lambda pod, model, engine, value: collapsed(pod, model, value),
+    "VLLMSpecDecodeEngineCollapsed": lambda pod, model, engine, value: engine_collapsed(pod, model, engine, value),
+    "VLLMSpecDecodeEngineLagging": lambda pod, model, engine, value: engine_lagging(pod, model, engine, value),
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": lambda pod, model, engine, value: first_low(pod, model, value),
+    "VLLMSpecDecodeAcceptanceBelowBaseline": lambda pod, model, engine, value: below_baseline(pod, model, value),
+}
+
+
+def verdict_group(v: str) -> dict:
+    s = []
+    for pod, model, engines, profile, _, _ in VERDICT_CASES:
+        for e, m in enumerate(engines):
+            s += deployment(v, pod, model, [(m, 60)], engine=str(e))
+        if v == "sidecar":
+            k = len(engines[0]["pos"])
+            s += sidecar_gauges(pod, model, k, profile[1] if profile else None, profile[0] if profile else None)
+    tests = []
+    for alertname in DETECTION_ALERTS:
+        expected = [BUILDERS[a](pod, model, engine, value)
+                    for pod, model, _, _, _, alerts in VERDICT_CASES for a, engine, value in alerts if a == alertname]
+        tests.append(check("40m", alertname, expected))
+    return group("verdicts shared with the sidecar's health: dead and lagging ranks, partial degradations, healthy "
+                 "figures, synthetic load", s, tests)
+
+
+def fleet_group(v: str) -> dict:
+    """Two clusters with the same namespace/pod/model, and (sidecar) two targets behind one
+    exporter with the same engine "0": never merged."""
+    s = []
+    s += deployment(v, "pro-0", PRO, [(PRO_BROKEN, 60)], extra={"cluster": "east"})
+    s += deployment(v, "pro-0", PRO, [(PRO_HEALTHY, 60)], extra={"cluster": "west"})
+    expected = [alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels("pro-0", PRO, cluster="east"),
+                      "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+                      collapsed("pro-0", PRO, "1.036")["exp_annotations"]["description"])]
+    if v == "sidecar":
+        s += deployment(v, "standalone", PRO, [(PRO_BROKEN, 60)], target="rank0")
+        s += deployment(v, "standalone", PRO, [(PRO_HEALTHY, 60)], target="rank1")
+        expected.append(alert("VLLMSpecDecodeAcceptanceCollapsed", "critical",
+                              pod_labels("standalone", PRO, target="rank0"),
+                              "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+                              collapsed("standalone", PRO, "1.036")["exp_annotations"]["description"]))
+    return group("fleets: two clusters, two targets behind one exporter", s,
+                 [check("40m", "VLLMSpecDecodeAcceptanceCollapsed", expected)])
+
+
 def suite(variant: str) -> dict:
-    groups = [collapse_group(variant), dropped_group(variant), not_drafting_group(variant),
-              wasted_and_high_group(variant)]
+    VARIANT["v"] = variant
+    groups = [collapse_group(variant), verdict_group(variant), fleet_group(variant), dropped_group(variant),
+              not_drafting_group(variant), wasted_and_high_group(variant)]
     groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}

@@ -134,11 +134,23 @@ def test_prometheusrule_equals_the_committed_rules_and_passes_promtool(variant, 
 
 
 def test_alert_overrides_disable_threshold_for_and_runbook(tmp_path):
-    spec = rule_spec("-f", str(CHART / "ci" / "all-enabled-values.yaml"))
+    docs = render("-f", str(CHART / "ci" / "all-enabled-values.yaml"))
+    (rule,) = by_kind(docs, "PrometheusRule")
+    spec = rule["spec"]
     alerts = {r["alert"]: r for g in spec["groups"] for r in g["rules"] if "alert" in r}
-    assert "VLLMSpecDecodeAcceptanceSuspiciouslyHigh" not in alerts  # disabled
+    assert "VLLMSpecDecodeAcceptanceCollapsed" in alerts and "VLLMSpecDecodeAcceptanceSuspiciouslyHigh" not in alerts
+    # One source: config.health.collapse_margin (0.05) is what the exporter's health reads
+    # AND what every collapse alert compares against.
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "config.yaml" in d.get("data", {})]
+    exporter = build_settings(yaml.safe_load(cm["data"]["config.yaml"]), {})
+    assert exporter.collapse_margin == 0.05
+    assert exporter.profile_aliases == {"DSV4-W4A16-FP8-MTP": "deepseek-ai/DeepSeek-V4-Pro"}
     collapsed = alerts["VLLMSpecDecodeAcceptanceCollapsed"]
-    assert "ratio_rate5m < 1.05\n" in collapsed["expr"] and collapsed["for"] == "5m"
+    assert "ratio_rate5m < 1 + 0.05\n" in collapsed["expr"] and collapsed["for"] == "5m"
+    assert "ratio_rate5m < 1 + 0.05\n" in alerts["VLLMSpecDecodeEngineCollapsed"]["expr"]
+    high = {r["alert"]: r for g in rule_spec("--set-json", "prometheusRule.thresholds.suspicious_acceptance_ratio=0.99")[
+        "groups"] for r in g["rules"] if "alert" in r}["VLLMSpecDecodeAcceptanceSuspiciouslyHigh"]
+    assert "ratio_rate30m > 0.99\n" in high["expr"]
     assert collapsed["annotations"]["runbook_url"] == \
         "https://runbooks.example.com/vllm-specdec.md#vllmspecdecodeacceptancecollapsed"
     assert collapsed["annotations"]["dashboard_url"] == "https://grafana.example.com/d/vllm-specdec-overview"
@@ -166,7 +178,8 @@ def test_dashboard_configmaps_hold_the_committed_dashboards():
 @pytest.mark.parametrize("args, message", [
     (["--set", "mode=sidecars"], "at '/mode': value must be one of 'sidecar', 'standalone'"),
     (["--set", "prometheusRule.alerts.VLLMSpecDecodeCollapsed.disabled=true"], "additional properties 'VLLMSpecDecodeCollapsed' not allowed"),
-    (["--set", "prometheusRule.alerts.VLLMSpecDecodeAcceptanceCollapsed.threshold=low"], "threshold"),
+    (["--set", "config.health.collapse_margin=low"], "collapse_margin"),
+    (["--set", "prometheusRule.alerts.VLLMSpecDecodeAcceptanceCollapsed.threshold=1.05"], "threshold"),
     (["--set", "port=70000"], "/port"),
     (["--set", "podMonitor.interval=often"], "/podMonitor/interval"),
     (["--set-json", 'config={"targets":[{"url":"ftp://x"}]}'], "/config/targets/0/url"),

@@ -14,16 +14,20 @@ import yaml
 import promtool_cases
 from conftest import REPO
 from prom_harness import Prom, collapse_scenario, stack, tool, wait_for
-from vllm_specdec_exporter import rules
+from vllm_specdec_exporter import config, rules
+from vllm_specdec_exporter.health import judge, match_profile
+from vllm_specdec_exporter.model import Counters
+from vllm_specdec_exporter.settings import default_profiles
 
 ALERTS = REPO / "alerts"
 ALERT_NAMES = [
-    "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeAcceptanceDropped",
-    "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent",
-    "VLLMSpecDecodeCounterInvariantViolated", "VLLMSpecDecodeSpeculativeTokensWasted",
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
+    "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
+    "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
+    "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown",
+    "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated",
+    "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
 ]
-SIDECAR_ONLY = {"VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent"}
+SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent"}
 
 
 def alerts_in(path: Path) -> dict[str, dict]:
@@ -52,6 +56,51 @@ def test_alert_names_severities_and_annotations():
     assert sidecar["VLLMSpecDecodeAcceptanceCollapsed"]["labels"]["severity"] == "critical"
 
 
+def test_classifier_and_promtool_give_the_same_verdicts():
+    """One source of truth: each VERDICT_CASES series goes through promtool (the suites
+    assert the hand-written alerts) and here through the sidecar's classifier, which must
+    give the hand-written verdict; and the alerts promtool expects must say that verdict."""
+    profiles = default_profiles()
+    for pod, model, engines, profile, verdict, alerts in promtool_cases.VERDICT_CASES:
+        window = {str(e): Counters(5 * m["drafts"], 5 * m["tokens"], 5 * m["accepted"],
+                                   tuple(5 * x for x in m["pos"])) for e, m in enumerate(engines)}
+        matched = match_profile(profiles, model, len(engines[0]["pos"]), None)
+        assert (matched.name, matched.mean_acceptance_length) == profile if profile else matched is None, pod
+        got = judge(window, 300.0, matched, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+        assert got.state == verdict, (pod, got)
+        names = {a for a, _, _ in alerts}
+        assert (got.state == "collapsed") == ("VLLMSpecDecodeAcceptanceCollapsed" in names), pod
+        assert (got.state == "degraded") == bool(names - {"VLLMSpecDecodeAcceptanceCollapsed"}), pod
+        # Synthetic load and every partial degradation warn; only a collapse pages.
+        if got.state != "collapsed":
+            assert not names & (promtool_cases.CRITICAL - {"VLLMSpecDecodeEngineCollapsed"}), pod
+        for engine, state in got.engines.items():
+            flagged = {e for a, e, _ in alerts if a in ("VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging")}
+            assert (state in ("collapsed", "degraded")) == (engine in flagged), (pod, engine, state)
+    assert {v for *_, v, _ in promtool_cases.VERDICT_CASES} == {"ok", "degraded", "idle", "unknown"}
+
+
+def test_direct_rules_match_served_names_through_aliases(tmp_path):
+    """A served name mapped to a model in the generator reaches that model's profile in
+    the vllm-direct file (the sidecar does the same from baselines.aliases)."""
+    o = rules.default_options(aliases=(("DSV4-W4A16-FP8-MTP", "deepseek-ai/DeepSeek-V4-Pro"),))
+    (tmp_path / "rules.yaml").write_text(rules.dump(rules.rule_file("vllm-direct", o), ""))
+    case = promtool_cases.deployment("vllm-direct", "served", "DSV4-W4A16-FP8-MTP",
+                                     [(promtool_cases.mix(1000, [150, 40, 10]), 60)])
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": case,
+        "promql_expr_test": [{"expr": "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max",
+                              "eval_time": "30m",
+                              "exp_samples": [{"labels": 'namespace_pod_model_name:vllm_specdec_baseline_mean_'
+                                               'acceptance_length:max{namespace="llm",pod="served",model_name='
+                                               '"DSV4-W4A16-FP8-MTP",profile="deepseek-v4-pro-mtp-k3"}',
+                                               "value": 2.49}]}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(suite))
+    proc = subprocess.run([tool("promtool"), "test", "rules", "t.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_runbook_has_a_section_per_alert():
     text = (ALERTS / "runbook.md").read_text()
     sections = re.findall(r"^## (\w+)$", text, re.M)
@@ -75,14 +124,18 @@ def test_promtool_unit_tests(suite):
 
 
 def test_promtool_unit_tests_can_fail(tmp_path):
-    """A wrong expectation must fail the suite: the suites really evaluate the rules."""
-    text = (ALERTS / "tests" / "sidecar.yaml").read_text().replace("is 1.036 over 5m", "is 1.037 over 5m")
-    (tmp_path / "rules.yaml").write_text((ALERTS / "rules.yaml").read_text())
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "s.yaml").write_text(text)
-    proc = subprocess.run([tool("promtool"), "test", "rules", "s.yaml"], cwd=tmp_path / "t",
+    """A wrong expectation must fail the suite: the suites really evaluate the rules.
+    Only the group holding the expectation runs (the whole suites pass above)."""
+    suite = yaml.safe_load((ALERTS / "tests" / "sidecar.yaml").read_text())
+    group = next(g for g in suite["tests"] if "is 1.036 over 5m" in yaml.safe_dump(g, width=1 << 20))
+    text = yaml.safe_dump({**suite, "rule_files": [str(ALERTS / "rules.yaml")], "tests": [group]}, width=1 << 20)
+    assert "is 1.036 over 5m" in text
+    (tmp_path / "s.yaml").write_text(text.replace("is 1.036 over 5m", "is 1.037 over 5m"))
+    proc = subprocess.run([tool("promtool"), "test", "rules", "s.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "1.036" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    # promtool prints the expected (mutated) and the evaluated annotation
+    assert proc.returncode != 0 and "is 1.037 over 5m" in out and "is 1.036 over 5m" in out, out[-2000:]
 
 
 def test_alertmanager_example_is_valid():
@@ -100,7 +153,7 @@ HEALTHY_AL = 1 + 0.924 + 0.687
 E2E_OPTIONS = rules.Options(
     ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
     fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s"},
-    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s",
+    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
 )
 
 
@@ -131,9 +184,9 @@ def check_collapse(prom: Prom, started: float, direct: bool) -> None:
         if not direct:
             gauge = prom.value('vllm_specdec_mean_acceptance_length{window="8s"}')
             assert gauge is not None and al == pytest.approx(gauge, rel=0.02), (al, gauge)
-            rate = prom.value("namespace_pod_model_name:vllm_specdec_acceptance_rate:ratio_rate5m")
+            rate = prom.value("namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m")
             assert rate == pytest.approx(prom.value('vllm_specdec_acceptance_rate{window="8s"}'), rel=0.02)
-            pos = prom.value('namespace_pod_model_name:vllm_specdec_position_acceptance_rate:ratio_rate5m{position="1"}')
+            pos = prom.value('namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{position="1"}')
             assert pos == pytest.approx(0.687, rel=0.02)
         assert our_alerts(prom) == [], our_alerts(prom)
         checks += 1

@@ -8,6 +8,7 @@ new threshold is a one-line change that every artefact picks up.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # --- What vLLM V1 exposes (sample names exactly as they appear on the wire) ---
 VLLM_V1_DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -86,18 +87,54 @@ DEFAULT_STALENESS = "60s"
 # Label values per label name before new ones are refused (issue: a flood of engines).
 DEFAULT_MAX_SERIES_PER_TARGET = 4096
 
-# --- Health (vllm_specdec_health) ---
-DEFAULT_HEALTH_WINDOW = "5m"
-# Collapsed: mean acceptance length within this of 1.0, i.e. drafts almost never
-# accepted. 0.10 puts the broken MTP head (AL 1.03-1.04) and the mis-wired layer
-# (1.09) below it, and healthy V4-Flash on random-token prompts (AL 1.19-1.21)
-# above it, so synthetic load does not read as a collapse.
-DEFAULT_COLLAPSE_MARGIN = 0.10
-# Degraded: the speculative gain (AL - 1) below this fraction of the matched
-# profile's expected gain. Workload alone moves AL by ~15 % (V4-Flash k=2 on code:
-# 2.35 to 2.70), so 0.75 leaves room for traffic mix and catches real breakage
-# (the k=2 sampling bug: AL 1.21 against 1.99 fixed).
-DEFAULT_DEGRADED_FRACTION = 0.75
+# --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
+# the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's
+# `config.health` use these very names; the reasoning for each value is from
+# ../shared/docs/baselines.md (figures quoted below). ---
+@dataclass(frozen=True, slots=True)
+class Detection:
+    # The window every verdict is taken over (the health window; the alerts' 5m rates).
+    window: str = "5m"
+    # Traffic floor, per model and per engine: below it a window is `idle`, never
+    # judged. 1 draft/s is 300 drafts in 5m, where one accepted token moves acceptance
+    # by 0.3 point at most; one request decoding at 50 tok/s already makes ~20 drafts/s.
+    min_drafts_per_second: float = 1.0
+    # Collapsed: AL - 1 below this (critical). 0.10 puts every broken figure that is a
+    # real collapse below it -- the broken MTP head (AL 1.03-1.04), the mis-wired k=3
+    # layer (1.09) -- and every healthy figure above it, including V4-Flash on
+    # random-token benchmark prompts (AL 1.19-1.21): synthetic load never pages.
+    collapse_margin: float = 0.10
+    # Degraded (k-independent): position 0's acceptance (per_pos[0] / drafts) below
+    # this. Position 0 does not depend on k and is the first thing a broken draft head
+    # destroys. Healthy: >= 0.66 (V4-Flash k=1 on its worst workload; V4-Pro 0.92, fixed
+    # V4-Flash 0.70, V3 paper 0.85-0.90). Broken partial degradations: <= 0.33 (AL - 1
+    # bounds position 0 from above: the sampling bug 0.149, missing draft context AL
+    # <= 1.32, MTP-3 at 1.2, a k=7 drafter at 1.31). 0.5 sits between with a 1.3x
+    # margin on the healthy side and 1.5x on the broken side.
+    position0_floor: float = 0.5
+    # Degraded (against a profile): the speculative gain AL - 1 below this fraction of
+    # the matched profile's. Profiles hold the LOWEST healthy figure of their model and
+    # k; workload alone moves AL by ~15 % above it (V4-Flash k=2 on code: 2.35 to
+    # 2.70), so 0.75 leaves room and still catches the k=2 sampling bug (AL 1.21 against
+    # a threshold of 1 + 0.75 x 0.99 = 1.74).
+    degraded_fraction: float = 0.75
+    # Degraded (one engine): an engine's gain below this fraction of its model's gain
+    # on the same target. Data-parallel engines share traffic and weights: healthy
+    # engines differ by noise (~5 %); a rank at the broken-head figures among seven
+    # healthy ones has a gain of 0.036 against 1.41.
+    engine_lag_fraction: float = 0.75
+
+
+DETECTION = Detection()
+# The names shared by config.yaml's `health:`, Helm's `config.health` and rules.py.
+DETECTION_KEYS = tuple(Detection.__dataclass_fields__)
+
+# --- Health (vllm_specdec_health, a StateSet) ---
+DEFAULT_HEALTH_WINDOW = DETECTION.window
+DEFAULT_COLLAPSE_MARGIN = DETECTION.collapse_margin
+DEFAULT_DEGRADED_FRACTION = DETECTION.degraded_fraction
+# ok: judged and fine against a profile; unknown: nothing wrong on the k-independent
+# signals but no profile to compare against, or counters that break vLLM's invariants.
 HEALTH_STATES = ("ok", "degraded", "collapsed", "idle", "unknown")
 
 # --- What the sidecar exports (public contract) ---
@@ -136,31 +173,43 @@ WEB_CONFIG_CHECK_SECONDS = 1.0
 # --- Recording rules and alerts (alerts/*.yaml are generated from these) ---
 # Windows the rules record; the key is the name suffix, the value the PromQL range.
 RULE_WINDOWS = ("5m", "30m", "1h")
-# Aggregation levels of the recording rules: (name prefix, labels summed by).
-RULE_LEVELS = (("model_name", ("model_name",)),
-               ("namespace_model_name", ("namespace", "model_name")),
-               ("namespace_pod_model_name", ("namespace", "pod", "model_name")))
-# Alerts fire per vLLM server: a collapse on one replica is a real problem even
-# when nine healthy ones would hide it in a fleet-wide ratio.
+# Fleet labels, outermost first, kept at every level of the recording rules (in
+# the spirit of kubernetes-mixin's clusterLabel; the generator takes others).
+# Summing by a label that a series lacks is a no-op, so a single-cluster setup
+# without a `cluster` label loses nothing. The sidecar variant also keeps `target`
+# at every level: two vLLM servers behind one exporter never merge.
+CLUSTER_LABEL = "cluster"
+NAMESPACE_LABEL = "namespace"
+POD_LABEL = "pod"
+# Alerts fire per vLLM server (the pod level): a collapse on one replica is a real
+# problem even when nine healthy ones would hide it in a fleet-wide ratio.
 ALERT_LEVEL = "namespace_pod_model_name"
 # Positions a generated rule covers (conditional and "last position" rules need
 # one clause per position: PromQL cannot do arithmetic on label values).
 MAX_SPECULATIVE_TOKENS = 8
-# Ratio alerts need traffic: 1 draft/s is 300 drafts in 5m (one accepted token
-# moves acceptance by 0.3 point at most), while one request decoding at 50 tok/s
-# already makes ~20 drafts/s.
-ALERT_MIN_DRAFTS_PER_SECOND = 1.0
+# Ratio alerts need traffic: DETECTION.min_drafts_per_second (the same floor as health).
 ALERT_MIN_GENERATION_TOKENS_PER_SECOND = 1.0
-# Collapsed: the same margin as the sidecar's health (see DEFAULT_COLLAPSE_MARGIN).
+# How long each verdict must hold before its alert fires. Collapsed (critical): 10m,
+# two full 5m windows, so one bad batch never pages. The warnings: 15m.
 ALERT_COLLAPSE_FOR = "10m"
-# Below baseline: the sidecar's degraded rule, held for 15m.
+ALERT_ENGINE_COLLAPSE_FOR = "10m"
 ALERT_BELOW_BASELINE_FOR = "15m"
+ALERT_POSITION0_FOR = "15m"
+ALERT_ENGINE_LAG_FOR = "15m"
 # Dropped: the speculative gain (AL - 1) over 30m fell by more than this fraction
 # against the previous day. 0.4 is beyond the ~15 % a traffic-mix change moves it,
 # and well short of a collapse (~95 %).
 ALERT_DROP_FRACTION = 0.4
 ALERT_DROPPED_FOR = "15m"
 ALERT_NOT_DRAFTING_FOR = "10m"
+# Target down. vLLM refuses connections while it loads weights (DeepSeek-V4: 10-30
+# min), so "connection refused" or a timeout is a reload until it lasts longer than
+# any reload: fires after TARGET_UNREACHABLE_AFTER. An answer that is wrong (an HTTP
+# error such as 401/403/404, a body that is not Prometheus text, a payload over the
+# cap, a bad URL) is a misconfiguration that no waiting fixes: fires after
+# ALERT_TARGET_DOWN_FOR (about 5-6 min from onset, within 10).
+TARGET_MISCONFIGURED_RESULTS = ("http_error", "not_prometheus", "too_large", "invalid_url", "error")
+TARGET_UNREACHABLE_AFTER = "30m"
 ALERT_TARGET_DOWN_FOR = "5m"
 ALERT_EXPORTER_ABSENT_FOR = "10m"
 # Wasted: the last draft position accepted in fewer than 5 % of drafts over 1h:
@@ -173,5 +222,6 @@ ALERT_HIGH_FOR = "5m"
 ALERT_INVARIANT_FOR = "0m"
 RUNBOOK_BASE_URL = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"
 DASHBOARD_URL = ""  # optional; when set, alerts carry a dashboard_url annotation
-# Selector for the sidecar's own series in rules (e.g. 'job="vllm-specdec-exporter"').
-SIDECAR_SELECTOR = ""
+# Selector added to every series a rule reads (e.g. 'job="vllm-specdec-exporter"'),
+# so that a pod scraped by two jobs is not counted twice.
+RULE_SELECTOR = ""

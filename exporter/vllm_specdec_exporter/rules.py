@@ -12,13 +12,15 @@ absent) exist only in the first. Ratios are always ratios of summed rates.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from . import config as c
+from .settings import default_profiles
 
 P = c.PREFIX
 
@@ -40,31 +42,29 @@ DIRECT = Source("vllm-direct", c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_
 VARIANTS = {"sidecar": SIDECAR, "vllm-direct": DIRECT}
 FILES = {"sidecar": "rules.yaml", "vllm-direct": "rules-vllm-direct.yaml"}
 
-# The finest level (per engine) is computed from the counters; coarser ones from it.
-ENGINE_LEVEL = ("namespace_pod_model_name_engine", ("namespace", "pod", "model_name", "engine"))
-LEVELS = (ENGINE_LEVEL, *reversed(c.RULE_LEVELS))  # finest first
-ALERT_BY = dict(c.RULE_LEVELS)[c.ALERT_LEVEL]
+
+def by(labels) -> str:
+    return ", ".join(labels)
 
 
 def name(level: str, metric: str, op: str) -> str:
     return f"{level}:{P}_{metric}:{op}"
 
 
-def by(labels) -> str:
-    return ", ".join(labels)
-
-
-# The one threshold in each alert's expression a deployment may override (the Helm
-# chart's prometheusRule.alerts.<name>.threshold). Dropped's is the fraction of the
-# previous day's gain below which it fires (1 - ALERT_DROP_FRACTION).
-THRESHOLDS = {
-    "VLLMSpecDecodeAcceptanceCollapsed": 1 + c.DEFAULT_COLLAPSE_MARGIN,
-    "VLLMSpecDecodeAcceptanceBelowBaseline": c.DEFAULT_DEGRADED_FRACTION,
-    "VLLMSpecDecodeAcceptanceDropped": 1 - c.ALERT_DROP_FRACTION,
-    "VLLMSpecDecodeNotDrafting": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
-    "VLLMSpecDecodeSpeculativeTokensWasted": c.ALERT_WASTED_POSITION_RATE,
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": c.ALERT_HIGH_ACCEPTANCE_RATE,
+# Thresholds in the expressions: the names of config.Detection (read by the sidecar's
+# health too, and set by the Helm chart's config.health), plus the alert-only ones.
+ALERT_ONLY_THRESHOLDS = {
+    "drop_fraction": c.ALERT_DROP_FRACTION,
+    "min_generation_tokens_per_second": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
+    "wasted_position_ratio": c.ALERT_WASTED_POSITION_RATE,
+    "suspicious_acceptance_ratio": c.ALERT_HIGH_ACCEPTANCE_RATE,
 }
+THRESHOLD_KEYS = tuple(k for k in c.DETECTION_KEYS if k != "window") + tuple(ALERT_ONLY_THRESHOLDS)
+
+
+def default_thresholds() -> dict[str, str]:
+    det = {k: getattr(c.DETECTION, k) for k in c.DETECTION_KEYS if k != "window"}
+    return {k: f"{v:g}" for k, v in {**det, **ALERT_ONLY_THRESHOLDS}.items()}
 
 
 @dataclass(frozen=True)
@@ -73,16 +73,25 @@ class Options:
 
     ranges: dict[str, str]  # window name -> PromQL range (tests shrink them)
     fors: dict[str, str]  # alert -> for
-    thresholds: dict[str, str]  # alert -> threshold literal (the chart passes a placeholder)
+    thresholds: dict[str, str]  # THRESHOLD_KEYS -> literal (the chart passes placeholders)
     runbook_base: str = c.RUNBOOK_BASE_URL
     dashboard_url: str = c.DASHBOARD_URL
-    sidecar_selector: str = c.SIDECAR_SELECTOR
+    selector: str = c.RULE_SELECTOR  # added to every series a rule reads
+    cluster_label: str = c.CLUSTER_LABEL  # "" for none
+    namespace_label: str = c.NAMESPACE_LABEL
+    pod_label: str = c.POD_LABEL
     day_range: str = "1d"
     drop_offset: str = "30m"
+    unreachable_range: str = ""  # default: TARGET_UNREACHABLE_AFTER minus TargetDown's for
+    profiles: tuple = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
+    aliases: tuple = ()  # (served name, model name the profiles match) for the vllm-direct variant
 
 
 DEFAULT_FORS = {
     "VLLMSpecDecodeAcceptanceCollapsed": c.ALERT_COLLAPSE_FOR,
+    "VLLMSpecDecodeEngineCollapsed": c.ALERT_ENGINE_COLLAPSE_FOR,
+    "VLLMSpecDecodeEngineLagging": c.ALERT_ENGINE_LAG_FOR,
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": c.ALERT_POSITION0_FOR,
     "VLLMSpecDecodeAcceptanceBelowBaseline": c.ALERT_BELOW_BASELINE_FOR,
     "VLLMSpecDecodeAcceptanceDropped": c.ALERT_DROPPED_FOR,
     "VLLMSpecDecodeNotDrafting": c.ALERT_NOT_DRAFTING_FOR,
@@ -94,9 +103,54 @@ DEFAULT_FORS = {
 }
 
 
-def default_options() -> Options:
+def default_options(**changes) -> Options:
     return Options(ranges={w: w for w in c.RULE_WINDOWS}, fors=dict(DEFAULT_FORS),
-                   thresholds={a: f"{v:g}" for a, v in THRESHOLDS.items()})
+                   thresholds=default_thresholds(), **changes)
+
+
+def _minus(a: str, b: str) -> str:
+    return f"{int(c.parse_duration(a) - c.parse_duration(b))}s"
+
+
+def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
+    """Recording-rule levels, finest first: (name prefix, labels kept). Names are fixed;
+    the fleet labels (cluster, and target in the sidecar variant) ride along at every level."""
+    fleet = (o.cluster_label,) if o.cluster_label else ()
+    tgt = ("target",) if src is SIDECAR else ()
+    ns, pod = o.namespace_label, o.pod_label
+    return [("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, "model_name", "engine")),
+            ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, "model_name")),
+            ("namespace_model_name", (*fleet, ns, *tgt, "model_name")),
+            ("model_name", (*fleet, *tgt, "model_name"))]
+
+
+ENGINE = "namespace_pod_model_name_engine"
+assert c.DETECTION.window in c.RULE_WINDOWS, "the detection window must be a recorded window"
+
+
+def _sel(o: Options, extra: str = "") -> str:
+    inner = ", ".join(x for x in (o.selector, extra) if x)
+    return f"{{{inner}}}" if inner else ""
+
+
+def _model_regex(profile, aliases) -> str:
+    """A profile's Python regex (re.search) as an anchored RE2 for =~, plus the served
+    names that are aliases of a model it matches."""
+    pattern = profile.model.pattern
+    body = f"(?i:.*{pattern[4:]}.*)" if pattern.startswith("(?i)") else f".*(?:{pattern}).*"
+    served = [re.escape(s) for s, model in aliases if profile.model.search(model)]
+    return "|".join([body, *served])
+
+
+def baseline_expr(src: Source, o: Options, by_labels) -> str:
+    if src is SIDECAR:
+        return f"max by ({by(by_labels)}) ({P}_baseline_mean_acceptance_length{_sel(o)})"
+    # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
+    k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
+    profiles = o.profiles or tuple(default_profiles())
+    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{model_name=~`{_model_regex(p, o.aliases)}`}} '
+               f'== {p.k}), "profile", "{p.name}", "", "")' for p in profiles]
+    return f"\n  or on({by(by_labels)}) ".join(clauses)
 
 
 def recording_rules(src: Source, o: Options) -> list[dict]:
@@ -105,18 +159,20 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
     def record(record: str, expr: str) -> None:
         rules.append({"record": record, "expr": expr})
 
+    sel = _sel(o)
     counters = {"drafts": src.drafts, "draft_tokens": src.draft_tokens, "accepted_tokens": src.accepted,
                 "generation_tokens": src.generation}
+    lv = levels(src, o)
     for w in c.RULE_WINDOWS:
         rng = o.ranges[w]
         finer = None
-        for level, labels in LEVELS:
+        for level, labels in lv:
             for metric, counter in counters.items():
-                source = f"rate({counter}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
+                source = f"rate({counter}{sel}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
                 record(name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
-            if level != ENGINE_LEVEL[0]:
+            if level != ENGINE:
                 # Positions are not kept per engine: the first level below reads the counters.
-                source = (f"rate({src.per_pos}[{rng}])" if finer == ENGINE_LEVEL[0]
+                source = (f"rate({src.per_pos}{sel}[{rng}])" if finer == ENGINE
                           else name(finer, "position_accepted_tokens", f"rate{w}"))
                 record(name(level, "position_accepted_tokens", f"rate{w}"),
                        f"sum by ({by(labels)}, position) ({source})")
@@ -124,11 +180,11 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
             accepted = name(level, "accepted_tokens", f"rate{w}")
             # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
             record(name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
-            record(name(level, "acceptance_rate", f"ratio_rate{w}"),
+            record(name(level, "acceptance_ratio", f"ratio_rate{w}"),
                    f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)")
-            if level != ENGINE_LEVEL[0]:
+            if level != ENGINE:
                 pos = name(level, "position_accepted_tokens", f"rate{w}")
-                record(name(level, "position_acceptance_rate", f"ratio_rate{w}"),
+                record(name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
                        f"{pos} / ignoring(position) group_left() ({drafts} > 0)")
                 record(name(level, "effective_draft_length", f"ratio_rate{w}"),
                        f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)")
@@ -140,27 +196,24 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
                 clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
                 clauses += [f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, '
                             f'"position", "{i}", "position", ".*")' for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
-                record(name(level, "position_conditional_acceptance_rate", f"ratio_rate{w}"),
+                record(name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"),
                        "\n  or ".join(clauses))
             finer = level
 
-    # k, and the day-long history the drop alert compares against (alert level only).
-    level, labels = c.ALERT_LEVEL, ALERT_BY
+    # k, the baseline, and the day-long history the drop alert compares against (alert level only).
+    level, labels = c.ALERT_LEVEL, dict(lv)[c.ALERT_LEVEL]
     if src is SIDECAR:
-        k_expr = f"max by ({by(labels)}) ({P}_num_speculative_tokens{_sel(o)})"
+        k_expr = f"max by ({by(labels)}) ({P}_num_speculative_tokens{sel})"
     else:
-        k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, engine) ({src.per_pos})\n)")
+        k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, engine) ({src.per_pos}{sel})\n)")
     record(name(level, "num_speculative_tokens", "max"), k_expr)
+    record(name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
     for metric in ("drafts", "accepted_tokens"):
         # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
         record(name(level, metric, "rate1d"), f"avg_over_time({name(level, metric, 'rate1h')}[{o.day_range}])")
     record(name(level, "mean_acceptance_length", "ratio_rate1d"),
            f"1 + {name(level, 'accepted_tokens', 'rate1d')} / ({name(level, 'drafts', 'rate1d')} > 0)")
     return rules
-
-
-def _sel(o: Options) -> str:
-    return f"{{{o.sidecar_selector}}}" if o.sidecar_selector else ""
 
 
 def _annotations(alert: str, summary: str, description: str, o: Options) -> dict:
@@ -174,10 +227,15 @@ WHERE = "{{ $labels.model_name }} on {{ $labels.namespace }}/{{ $labels.pod }}"
 
 
 def alert_rules(src: Source, o: Options) -> list[dict]:
-    L = c.ALERT_LEVEL
-    on = f"on({by(ALERT_BY)})"
-    floor = c.ALERT_MIN_DRAFTS_PER_SECOND
-    al5, d5 = name(L, "mean_acceptance_length", "ratio_rate5m"), name(L, "drafts", "rate5m")
+    L, lv = c.ALERT_LEVEL, dict(levels(src, o))
+    on, eon = f"on({by(lv[L])})", f"on({by(lv[ENGINE])})"
+    t = o.thresholds
+    floor = t["min_drafts_per_second"]
+    w = c.DETECTION.window
+    al5, d5 = name(L, "mean_acceptance_length", f"ratio_rate{w}"), name(L, "drafts", f"rate{w}")
+    eal5, ed5 = name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), name(ENGINE, "drafts", f"rate{w}")
+    pos5 = name(L, "position_acceptance_ratio", f"ratio_rate{w}")
+    collapse = f"1 + {t['collapse_margin']}"
     alerts = []
 
     def alert(alertname: str, severity: str, expr: str, summary: str, description: str) -> None:
@@ -186,43 +244,71 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
             "annotations": _annotations(alertname, summary, description, o),
         })
 
-    t = o.thresholds
     alert("VLLMSpecDecodeAcceptanceCollapsed", "critical",
-          f"{al5} < {t['VLLMSpecDecodeAcceptanceCollapsed']}\nand {on} {d5} > {floor:g}",
+          f"{al5} < {collapse}\nand {on} {d5} > {floor}",
           "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over 5m (1.0 means no draft "
+          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {w} (1.0 means no draft "
           f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
           f"suspect the draft head (quantised conversion, loader) or draft sampling.")
-    if src is SIDECAR:
-        baseline = f"max by ({by(ALERT_BY)}) ({P}_baseline_mean_acceptance_length{_sel(o)})"
-        alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning",
-              f"{al5}\n  < {on} 1 + {t['VLLMSpecDecodeAcceptanceBelowBaseline']} * ({baseline} - 1)\n"
-              f"and {on} {d5} > {floor:g}",
-              "Speculative-decoding acceptance is below the baseline profile's expectation.",
-              f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over 5m, below "
-              f"1 + {t['VLLMSpecDecodeAcceptanceBelowBaseline']} x (baseline - 1) for its baseline profile "
-              f"(vllm_specdec_baseline_mean_acceptance_length).")
+    alert("VLLMSpecDecodeEngineCollapsed", "critical",
+          f"{eal5} < {collapse}\nand {eon} {ed5} > {floor}\nunless {on} {al5} < {collapse}",
+          "One engine's speculative decoding has collapsed while its siblings are healthy.",
+          f"Engine {{{{ $labels.engine }}}} of {WHERE} has a mean acceptance length of "
+          f"{{{{ $value | printf \"%.3f\" }}}} over {w} with real traffic, while the server as a whole has not "
+          f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
+          f"is corrupt on that rank).")
+    alert("VLLMSpecDecodeEngineLagging", "warning",
+          f"({eal5} - 1)\n  < {on} group_left() {t['engine_lag_fraction']} * ({al5} - 1)\n"
+          f"and {eon} {ed5} > {floor}\nunless {eon} {eal5} < {collapse}",
+          "One engine's speculative gain lags far behind its siblings'.",
+          f"The speculative gain (mean acceptance length - 1) of engine {{{{ $labels.engine }}}} of {WHERE} is "
+          f"{{{{ $value | printf \"%.3f\" }}}} over {w}, below {t['engine_lag_fraction']} x the whole server's. "
+          f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.")
+    alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning",
+          f'max without(position) ({pos5}{{position="0"}}) < {t["position0_floor"]}\nand {on} {d5} > {floor}',
+          "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
+          f"Position 0 of {WHERE} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {w} "
+          f"(healthy MTP: 66 % or more, whatever k). Either a broken draft path (draft sampling, missing draft "
+          f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
+          f"same counters.")
+    baseline = name(L, "baseline_mean_acceptance_length", "max")
+    alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning",
+          f"{al5}\n  < {on} 1 + {t['degraded_fraction']} * ({baseline} - 1)\nand {on} {d5} > {floor}",
+          "Speculative-decoding acceptance is below the baseline profile's expectation.",
+          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {w}, below "
+          f"1 + {t['degraded_fraction']} x (baseline - 1) for its baseline profile "
+          f"({baseline}).")
     al30, d30 = name(L, "mean_acceptance_length", "ratio_rate30m"), name(L, "drafts", "rate30m")
     al1d, d1d = name(L, "mean_acceptance_length", "ratio_rate1d"), name(L, "drafts", "rate1d")
-    keep = t["VLLMSpecDecodeAcceptanceDropped"]
+    k = name(L, "num_speculative_tokens", "max")
+    keep = f"(1 - {t['drop_fraction']})"
+    # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
     alert("VLLMSpecDecodeAcceptanceDropped", "warning",
           f"({al30} - 1)\n  < {on} {keep} * ({al1d} offset {o.drop_offset} - 1)\n"
-          f"and {on} {d30} > {floor:g}\nand {on} {d1d} offset {o.drop_offset} > {floor:g}",
+          f"and {on} {d30} > {floor}\nand {on} {d1d} offset {o.drop_offset} > {floor}\n"
+          f"and {on} (max_over_time({k}[{o.day_range}]) == {on} min_over_time({k}[{o.day_range}]))",
           "Speculative-decoding acceptance fell sharply against this deployment's own history.",
           f"The speculative gain (mean acceptance length - 1) of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} "
-          f"over the last 30m, below {keep} x its average over the previous day.")
-    g5 = name(L, "generation_tokens", "rate5m")
+          f"over the last 30m, more than {t['drop_fraction']} below its average over the previous day at the same k.")
+    g5 = name(L, "generation_tokens", f"rate{w}")
     alert("VLLMSpecDecodeNotDrafting", "warning",
-          f"{g5} > {t['VLLMSpecDecodeNotDrafting']}\nunless {on} {d5} > 0\n"
-          f"and {on} max_over_time({name(L, 'drafts', 'rate1h')}[{o.day_range}]) > {floor:g}",
+          f"{g5} > {t['min_generation_tokens_per_second']}\nunless {on} {d5} > 0\n"
+          f"and {on} max_over_time({name(L, 'drafts', 'rate1h')}[{o.day_range}]) > {floor}",
           "vLLM generates tokens but speculative decoding has stopped drafting.",
-          f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over 5m, although it was "
+          f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {w}, although it was "
           f"drafting within the last day: speculative decoding is off or silently disabled.")
     if src is SIDECAR:
-        alert("VLLMSpecDecodeTargetDown", "warning", f"{P}_up{_sel(o)} == 0",
+        fail = "|".join(c.TARGET_MISCONFIGURED_RESULTS)
+        unreachable = o.unreachable_range or _minus(c.TARGET_UNREACHABLE_AFTER, o.fors["VLLMSpecDecodeTargetDown"])
+        alert("VLLMSpecDecodeTargetDown", "warning",
+              f"(\n  {P}_up{_sel(o)} == 0\n  and ignoring(result) "
+              f"increase({P}_exporter_polls_total{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
+              f"or max_over_time({P}_up{_sel(o)}[{unreachable}]) == 0",
               "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
-              "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} has failed its polls; see "
-              "vllm_specdec_exporter_polls_total by result and the sidecar's log for why.")
+              "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} either answers with something "
+              "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
+              f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
+              "weight reload. See vllm_specdec_exporter_polls_total by result and the sidecar's log.")
         alert("VLLMSpecDecodeExporterAbsent", "warning", f"absent({P}_exporter_build_info{_sel(o)})",
               "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
               "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
@@ -234,29 +320,28 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
               "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
               "figures of the affected engine are suspect.")
     else:
-        eb = by(ENGINE_LEVEL[1])
-        rng = o.ranges["5m"]
-        acc = f"sum by ({eb}) (rate({src.accepted}[{rng}]))"
+        eb = by(lv[ENGINE])
+        rng, sel = o.ranges["5m"], _sel(o)
+        acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
         alert("VLLMSpecDecodeCounterInvariantViolated", "info",
-              f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}[{rng}]))\n"
-              f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}[{rng}])))\n"
+              f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
+              f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
               f"  > on({eb}) 0.001 * {acc} + 0.001",
               "vLLM's speculative-decoding counters break their own invariants.",
               f"Engine {{{{ $labels.engine }}}} of {WHERE} reports accepted tokens that exceed its draft tokens "
               f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
-    pos1h = name(L, "position_acceptance_rate", "ratio_rate1h")
-    k = name(L, "num_speculative_tokens", "max")
-    clauses = [f'({pos1h}{{position="{i}"}} < {t["VLLMSpecDecodeSpeculativeTokensWasted"]} and {on} {k} == {i + 1})'
+    pos1h = name(L, "position_acceptance_ratio", "ratio_rate1h")
+    clauses = [f'({pos1h}{{position="{i}"}} < {t["wasted_position_ratio"]} and {on} {k} == {i + 1})'
                for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
     alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
-          "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {on} {name(L, 'drafts', 'rate1h')} > {floor:g}",
+          "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {on} {name(L, 'drafts', 'rate1h')} > {floor}",
           "The last speculative position is almost never accepted: a smaller k would save draft compute.",
           f"The last draft position (position {{{{ $labels.position }}}}) of {WHERE} was accepted in "
           f"{{{{ $value | humanizePercentage }}}} of drafts over 1h. Each draft still pays for it; consider "
           f"num_speculative_tokens = {{{{ $labels.position }}}}.")
-    rate30 = name(L, "acceptance_rate", "ratio_rate30m")
+    rate30 = name(L, "acceptance_ratio", "ratio_rate30m")
     alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info",
-          f"{rate30} > {t['VLLMSpecDecodeAcceptanceSuspiciouslyHigh']}\nand {on} {d30} > {floor:g}",
+          f"{rate30} > {t['suspicious_acceptance_ratio']}\nand {on} {d30} > {floor}",
           "Speculative-decoding acceptance is suspiciously close to 100 %.",
           f"Draft acceptance of {WHERE} is {{{{ $value | humanizePercentage }}}} over 30m. Sustained acceptance "
           f"this high goes with repetition loops (draft and target agree on repeating text).")
@@ -296,20 +381,26 @@ def render_all(o: Options | None = None) -> dict[str, str]:
     return {FILES[v]: dump(rule_file(v, o), HEADER + f"# Variant: {v}.\n") for v in VARIANTS}
 
 
-# The Helm chart's copies carry placeholders its template fills from values
-# (prometheusRule.alerts.<name>.threshold, prometheusRule.runbookUrl).
-THRESHOLD_PLACEHOLDER = "__THRESHOLD__"
+# The Helm chart's copies carry placeholders its template fills from values: each
+# threshold's __NAME__ from config.health.<name> (the exporter's own health settings:
+# one source for both) or prometheusRule.thresholds.<name>, and the runbook base.
 RUNBOOK_PLACEHOLDER = "__RUNBOOK_BASE__"
+
+
+def placeholder(key: str) -> str:
+    return f"__{key.upper()}__"
 
 
 def render_chart_files() -> dict[str, str]:
     """files/ of the Helm chart: both rule variants with placeholders, and the defaults they stand for."""
     o = default_options()
-    chart = Options(ranges=o.ranges, fors=o.fors, thresholds={a: THRESHOLD_PLACEHOLDER for a in THRESHOLDS},
-                    runbook_base=RUNBOOK_PLACEHOLDER, dashboard_url="")
-    header = HEADER + "# Helm chart copy: __THRESHOLD__ and __RUNBOOK_BASE__ are filled by templates/prometheusrule.yaml.\n"
+    chart = replace(o, thresholds={k: placeholder(k) for k in THRESHOLD_KEYS}, runbook_base=RUNBOOK_PLACEHOLDER,
+                    dashboard_url="")
+    header = HEADER + "# Helm chart copy: the __NAME__ placeholders are filled by templates/prometheusrule.yaml.\n"
     out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
-    defaults = {"runbookBase": o.runbook_base, "thresholds": {a: float(v) for a, v in o.thresholds.items()}}
+    defaults = {"runbookBase": o.runbook_base,
+                "thresholds": {k: float(v) for k, v in o.thresholds.items()},
+                "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS]}
     out["rule-defaults.yaml"] = dump(defaults, HEADER)
     return out
 

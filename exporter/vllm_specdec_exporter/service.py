@@ -20,7 +20,7 @@ import structlog
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import classify, match_profile
+from .health import Verdict, judge, match_profile
 from .history import TargetHistory
 from .model import Counters, SeriesKey, Snapshot
 from .parser import NotPrometheusText, PayloadTooLarge
@@ -55,7 +55,9 @@ class ModelView:
     k: int
     windows: Mapping[str, ModelWindow]
     profile: BaselineProfile | None
-    health: str
+    health: str  # over settings.health_window
+    health_reason: str = ""  # why, in one line (names the engine when one is the cause)
+    engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,9 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
     per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
+    profiles = {m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method)
+                for m, k in k_by_model.items()}
+    judged: dict[str, Verdict] = {}
     for label, _ in settings.windows:
         window = history.window(label)
         if window is None:
@@ -109,14 +114,14 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
             }
             per_model[model][label] = ModelWindow(window.span_seconds, derive(sum_counters(engines.values()), span),
                                                   engines_fig)
+            if label == settings.health_window:
+                # The verdict reads the raw counters of the window, not derived figures.
+                judged[model] = judge(engines, span, profiles[model], settings.detection, settings.min_drafts)
     views = []
     for model in sorted(per_model):
-        k = k_by_model[model]
-        profile = match_profile(settings.baselines, model, k, method)
-        health_window = per_model[model].get(settings.health_window)
-        health = classify(health_window.stats if health_window else None, profile, settings.min_drafts,
-                          settings.collapse_margin, settings.degraded_fraction)
-        views.append(ModelView(model, k, per_model[model], profile, health))
+        verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
+        views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
+                               verdict.reason, verdict.engines))
     return tuple(views)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -73,6 +73,18 @@ class Settings:
     log_format: str
     log_level: str
     web_config_file: str | None = None  # TLS / basic auth, exporter-toolkit format
+    # The rest of config.Detection (health: keys, same names as the rules generator's).
+    min_drafts_per_second: float = config.DETECTION.min_drafts_per_second
+    position0_floor: float = config.DETECTION.position0_floor
+    engine_lag_fraction: float = config.DETECTION.engine_lag_fraction
+    # Served model name -> the name baseline profiles are matched against
+    # (e.g. --served-model-name DSV4-W4A16-FP8-MTP -> deepseek-ai/DeepSeek-V4-Pro).
+    profile_aliases: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def detection(self) -> config.Detection:
+        return config.Detection(self.health_window, self.min_drafts_per_second, self.collapse_margin,
+                                self.position0_floor, self.degraded_fraction, self.engine_lag_fraction)
 
     @property
     def listen_address(self) -> str:
@@ -184,6 +196,15 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
     return BaselineProfile(str(raw["name"]), pattern, k, al, raw.get("method"))
 
 
+def _aliases(key: str, raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ConfigError(key, "expected a mapping of served model name to the model name profiles match, "
+                               "e.g. {DSV4-W4A16-FP8-MTP: deepseek-ai/DeepSeek-V4-Pro}")
+    return dict(raw)
+
+
 def default_profiles() -> list[BaselineProfile]:
     text = resources.files(__package__).joinpath("data/baselines.yaml").read_text()
     return [_profile(f"default baselines[{i}]", p) for i, p in enumerate(yaml.safe_load(text))]
@@ -214,9 +235,9 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
     """Settings from the YAML mapping, with flag/env ``overrides`` (already picked) on top."""
     data = _mapping("", file_data, TOP_KEYS)
     poll = _mapping("poll", data.get("poll"), ("interval", "timeout", "max_backoff"))
-    health = _mapping("health", data.get("health"), ("window", "collapse_margin", "degraded_fraction"))
+    health = _mapping("health", data.get("health"), config.DETECTION_KEYS)
     log = _mapping("log", data.get("log"), ("format", "level"))
-    baselines = _mapping("baselines", data.get("baselines"), ("include_defaults", "profiles"))
+    baselines = _mapping("baselines", data.get("baselines"), ("include_defaults", "profiles", "aliases"))
 
     if "urls" in overrides:
         raw_targets: Any = _targets_from_urls("--vllm.url", overrides["urls"])
@@ -285,6 +306,13 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
         degraded_fraction=float(_number("health.degraded_fraction",
                                         health.get("degraded_fraction", config.DEFAULT_DEGRADED_FRACTION), 0.0, 1.0)),
         baselines=tuple(profiles),
+        min_drafts_per_second=float(_number("health.min_drafts_per_second", health.get(
+            "min_drafts_per_second", config.DETECTION.min_drafts_per_second), 0.0, 1e9)),
+        position0_floor=float(_number("health.position0_floor", health.get(
+            "position0_floor", config.DETECTION.position0_floor), 0.0, 1.0)),
+        engine_lag_fraction=float(_number("health.engine_lag_fraction", health.get(
+            "engine_lag_fraction", config.DETECTION.engine_lag_fraction), 0.0, 1.0)),
+        profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
         web_config_file=overrides.get("web_config_file", data.get("web_config_file")),
