@@ -38,6 +38,9 @@ ADAPTERS: tuple[Adapter, ...] = (
 BY_NAME: dict[str, Adapter] = {a.name: a for a in ADAPTERS}
 PRODUCERS: tuple[str, ...] = tuple(BY_NAME)
 WANTED: frozenset[str] = frozenset(name for a in ADAPTERS for name in a.families)
+# vLLM's own names first: each other prefix costs the parser one more pass over the
+# payload (~0.5 ms per 0.36 MB), so the others are looked for only when vLLM's are absent.
+VLLM_WANTED: frozenset[str] = frozenset(n for n in WANTED if n.startswith("vllm:"))
 
 
 def _detects(adapter: Adapter, exp: Exposition) -> bool:
@@ -70,14 +73,21 @@ def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES
             producer: str | None = None) -> Snapshot:
     """Parse a /metrics payload and read it with the named producer's adapter, or
     the detected one. Raises UnsupportedProducer for a producer that is refused."""
-    exp = parse(data, WANTED, max_bytes)
     if producer is not None and producer not in BY_NAME:
         raise ValueError(f"unknown producer {producer!r} (known: {', '.join(PRODUCERS)})")
-    candidates = (BY_NAME[producer],) if producer else tuple(a for a in ADAPTERS if _detects(a, exp))
+    if producer:
+        candidates: tuple[Adapter, ...] = (BY_NAME[producer],)
+        exp = parse(data, candidates[0].families, max_bytes)
+    else:
+        exp = parse(data, VLLM_WANTED, max_bytes)
+        if not any(_detects(a, exp) for a in ADAPTERS):
+            exp = parse(data, WANTED, max_bytes)
+        candidates = tuple(a for a in ADAPTERS if _detects(a, exp))
     for adapter in candidates:
         snap = adapter.snapshot(exp)
         if snap is not None:
             return snap
     generation = next((g for a in (candidates or ADAPTERS) if (g := a.generation_tokens(exp))), {})
     # Named the payload's producer, or another one: say which the families belong to.
-    raise NoSpecDecodeFamilies(generation, candidates if producer else ADAPTERS, detect(exp))
+    seen = detect(parse(data, WANTED, max_bytes) if producer else exp)
+    raise NoSpecDecodeFamilies(generation, candidates if producer else ADAPTERS, seen)
