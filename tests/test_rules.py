@@ -125,9 +125,10 @@ def test_promtool_unit_tests(suite):
 
 def test_promtool_unit_tests_can_fail(tmp_path):
     """A wrong expectation must fail the suite: the suites really evaluate the rules.
-    Only the group holding the expectation runs (the whole suites pass above)."""
+    Only the smallest group holding the expectation runs (the whole suites pass above)."""
     suite = yaml.safe_load((ALERTS / "tests" / "sidecar.yaml").read_text())
-    group = next(g for g in suite["tests"] if "is 1.036 over 5m" in yaml.safe_dump(g, width=1 << 20))
+    groups = [g for g in suite["tests"] if "is 1.036 over 5m" in yaml.safe_dump(g, width=1 << 20)]
+    group = min(groups, key=lambda g: len(g["input_series"]))
     text = yaml.safe_dump({**suite, "rule_files": [str(ALERTS / "rules.yaml")], "tests": [group]}, width=1 << 20)
     assert "is 1.036 over 5m" in text
     (tmp_path / "s.yaml").write_text(text.replace("is 1.036 over 5m", "is 1.037 over 5m"))
