@@ -458,3 +458,14 @@ def test_llamacpp_drafts_without_position_series_is_a_cut_scrape():
     snap = extract(cut)
     assert snap.engines == {}
     assert any("cut-off" in w for w in snap.warnings)
+
+
+def test_dynamo_sglang_workers_are_separate_engines():
+    def worker(wid: str, name: str) -> str:
+        return read(name).decode().replace('model_name="deepseek-ai/DeepSeek-V3"',
+                                           f'model_name="deepseek-ai/DeepSeek-V3",worker_id="{wid}"')
+    snap = extract(worker("11", "sglang-dp2-after.prom") + worker("22", "sglang-dp2-restart.prom"))
+    assert snap.producer == "dynamo-sglang"
+    a, b = snap.engines[("deepseek-ai/DeepSeek-V3", "11")], snap.engines[("deepseek-ai/DeepSeek-V3", "22")]
+    assert (a.drafts, a.draft_tokens, a.accepted) == (3000, 9000, 4500)  # 7500 generated - 3000 verify calls
+    assert (b.drafts, b.draft_tokens, b.accepted) == (100, 300, 140)
