@@ -469,3 +469,12 @@ def test_dynamo_sglang_workers_are_separate_engines():
     a, b = snap.engines[("deepseek-ai/DeepSeek-V3", "11")], snap.engines[("deepseek-ai/DeepSeek-V3", "22")]
     assert (a.drafts, a.draft_tokens, a.accepted) == (3000, 9000, 4500)  # 7500 generated - 3000 verify calls
     assert (b.drafts, b.draft_tokens, b.accepted) == (100, 300, 140)
+
+
+def test_sidecar_sglang_spec_off_keeps_its_generation_tokens():
+    import asyncio
+
+    results, m, _ = asyncio.run(_sidecar([read("sglang-spec-off.prom")], {}))
+    assert results == ["no_spec_decode"]
+    assert _one(m, "vllm_specdec_up", target="t") == 1
+    assert _one(m, "vllm_specdec_generation_tokens_total", model_name="deepseek-ai/DeepSeek-V3", engine="0") == 500
