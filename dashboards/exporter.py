@@ -9,8 +9,9 @@ from vllm_specdec_exporter import config as c
 
 UID = "vllm-specdec-exporter"
 P = c.PREFIX
-SEL = 'namespace=~"$namespace", target=~"$target"'
-BY = "namespace, pod, target"
+CL = c.CLUSTER_LABEL  # a cluster variable when the rules keep a cluster label
+SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", target=~"$target"'
+BY = (f"{CL}, " if CL else "") + "namespace, pod, target"
 LEGEND = "{{pod}} {{target}}"
 
 
@@ -30,7 +31,7 @@ def dashboard() -> dict:
     lay.add(stat(
         "Exporter builds", "Version of each running sidecar (vllm_specdec_exporter_build_info). Bad: mixed versions "
         "after a rollout that should have finished.",
-        targets((f"count by (version) ({P}_exporter_build_info{{namespace=~\"$namespace\"}})", "{{version}}"),
+        targets((f"count by (version, revision) ({P}_exporter_build_info{{namespace=~\"$namespace\"}})", "{{version}} {{revision}}"),
                 instant=True), "none", steps((None, "blue")), text_mode="value_and_name"), 8, 5)
 
     lay.row("Polls")
@@ -64,8 +65,11 @@ def dashboard() -> dict:
         tags=["vllm", "speculative-decoding", "exporter"], timezone="browser", refresh="30s",
         time=g.Time("now-6h", "now"), panels=lay.panels, graphTooltip=1,
         templating=variables(
+            *([g.Template(name=CL, label="Cluster", dataSource="${datasource}", includeAll=True, multi=True,
+                          allValue=".*", default="$__all", query=f"label_values({P}_up, {CL})")] if CL else []),
             g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
-                       allValue=".*", default="$__all", query=f"label_values({P}_up, namespace)"),
+                       allValue=".*", default="$__all",
+                       query=f"label_values({P}_up" + (f'{{{CL}=~"${CL}"}}' if CL else "") + ", namespace)"),
             g.Template(name="target", label="Target", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
                        query=f'label_values({P}_up{{namespace=~"$namespace"}}, target)'),

@@ -10,8 +10,10 @@ from vllm_specdec_exporter.rules import name
 
 UID = "vllm-specdec-overview"
 NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
-SEL = 'namespace=~"$namespace", model_name=~"$model_name"'
-BY = "namespace, model_name"
+# The cluster variable exists when the rules keep a cluster label (config.CLUSTER_LABEL).
+CL = c.CLUSTER_LABEL
+SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", model_name=~"$model_name"'
+BY = (f"{CL}, " if CL else "") + "namespace, model_name"
 LEGEND = "{{model_name}}"
 P = c.PREFIX
 
@@ -32,8 +34,9 @@ AL_STEPS = steps((None, "red"), (1 + c.DEFAULT_COLLAPSE_MARGIN, "orange"), (1.5,
 RATE_STEPS = steps((None, "red"), (0.05, "orange"), (0.4, "green"))
 NEUTRAL = steps((None, "blue"))
 K = f"max by ({BY}) ({rule(POD, 'num_speculative_tokens', 'max')})"
-BASELINE = f"max by ({BY}) ({P}_baseline_mean_acceptance_length{{{SEL}}})"
-HEALTH_COLOURS = {"ok": "green", "degraded": "orange", "collapsed": "red", "idle": "blue", "unknown": "text"}
+BASELINE = f"max by ({BY}) ({rule(POD, 'baseline_mean_acceptance_length', 'max')})"
+HEALTH = f"{P}_health"  # an OpenMetrics StateSet: the state is in a label named after the family
+ENGINE_AL = rule(ENG, "mean_acceptance_length", "ratio_rate$window")
 
 
 def dashboard() -> dict:
@@ -41,27 +44,34 @@ def dashboard() -> dict:
     lay.row("Health now")
     lay.add(stat(
         "Health", "Speculative-decoding health per model over the exporter's health window (sidecar only): ok, "
-        "degraded (below the baseline profile), collapsed (acceptance length near 1.0), idle (too few drafts) or "
-        "unknown (no profile). Bad: collapsed or degraded.",
-        targets((f"max by ({BY}, state) ({P}_health{{{SEL}}} == 1)", "{{model_name}}: {{state}}"), instant=True),
-        "none", NEUTRAL, text_mode="name"), 6, 5)
+        "degraded (an engine collapsed or lagging, position 0 rarely accepted, or below the baseline profile), "
+        "collapsed (acceptance length near 1.0), idle (too few drafts) or unknown (no profile, or counters that "
+        "break vLLM's invariants). Bad: collapsed or degraded.",
+        targets((f"max by ({BY}, {HEALTH}) ({HEALTH}{{{SEL}}} == 1)", "{{model_name}}: {{%s}}" % HEALTH),
+                instant=True), "none", NEUTRAL, text_mode="name"), 5, 5)
+    lay.add(stat(
+        "Worst engine", "The lowest acceptance length of any single engine (data-parallel rank) over $window, and "
+        "which one: a dead rank hides behind its siblings in every per-model figure. Healthy: close to the model's "
+        "figure. Bad: near 1.0 (that rank collapsed) or far below its siblings.",
+        targets((f"bottomk(1, {ENGINE_AL})", "{{pod}} engine {{engine}}"), instant=True),
+        "none", AL_STEPS, text_mode="value_and_name", decimals=3), 5, 5)
     lay.add(stat(
         "Mean acceptance length", "Tokens per decode step: 1 + accepted / drafts, summed over engines, over $window. "
         "Healthy DeepSeek-V4 MTP k=2: 2.3 to 2.6. Bad: near 1.0 (drafts never accepted).",
-        targets((ratio("mean_acceptance_length"), LEGEND)), "none", AL_STEPS, decimals=3), 5, 5)
+        targets((ratio("mean_acceptance_length"), LEGEND)), "none", AL_STEPS, decimals=3), 4, 5)
     lay.add(stat(
         "Acceptance rate", "Accepted / proposed draft tokens over $window. Healthy V4-Pro MTP k=2: about 80 %. "
-        "Bad: a few percent.", targets((ratio("acceptance_rate"), LEGEND)), "percentunit", RATE_STEPS,
-        decimals=1), 5, 5)
+        "Bad: a few percent.", targets((ratio("acceptance_ratio"), LEGEND)), "percentunit", RATE_STEPS,
+        decimals=1), 4, 5)
     lay.add(stat(
         "k and effective draft length", "k (speculative tokens, from the position series) and draft tokens per "
         "draft over $window; the effective length is below k when drafts get trimmed. Bad: k not what you deployed.",
         targets((K, "k {{model_name}}"), (ratio("effective_draft_length"), "effective {{model_name}}")),
-        "none", NEUTRAL, decimals=2), 4, 5)
+        "none", NEUTRAL, decimals=2), 3, 5)
     lay.add(stat(
         "Output from drafts", "Share of generated tokens that were accepted draft tokens (accepted / generation "
         "tokens) over $window: the work speculation saved. Bad: falling towards 0.",
-        targets((ratio("draft_token_share"), LEGEND)), "percentunit", RATE_STEPS, decimals=1), 4, 5)
+        targets((ratio("draft_token_share"), LEGEND)), "percentunit", RATE_STEPS, decimals=1), 3, 5)
 
     lay.row("Acceptance over time")
     al_vs_baseline = timeseries(
@@ -88,28 +98,28 @@ def dashboard() -> dict:
     lay.add(timeseries(
         "Acceptance rate", "Accepted / proposed draft tokens over $window per model. Healthy: tens of percent. "
         "Bad: a collapse to a few percent, or above 98 % (repetition loops).",
-        targets((ratio("acceptance_rate"), LEGEND)), "percentunit", min_=0, max_=1), 12, 9)
+        targets((ratio("acceptance_ratio"), LEGEND)), "percentunit", min_=0, max_=1), 12, 9)
 
     lay.row("Per position")
     lay.add(bars(
         "Per-position acceptance now", "Share of drafts with at least position+1 tokens accepted (a survival curve; "
         "it adds exactly that much to the acceptance length) over $window. Bad: position 0 near zero.",
-        targets((ratio("position_acceptance_rate"), "{{model_name}} position {{position}}"), instant=True),
+        targets((ratio("position_acceptance_ratio"), "{{model_name}} position {{position}}"), instant=True),
         "percentunit", RATE_STEPS), 6, 8)
     lay.add(bars(
         "Conditional acceptance now", "Acceptance at a position given the previous one was accepted, over $window: "
         "shows which position got worse. Bad: one position far below the others.",
-        targets((ratio("position_conditional_acceptance_rate"), "{{model_name}} position {{position}}"), instant=True),
+        targets((ratio("position_conditional_acceptance_ratio"), "{{model_name}} position {{position}}"), instant=True),
         "percentunit", RATE_STEPS), 6, 8)
     lay.add(timeseries(
         "Per-position acceptance", "Survival per position over $window. Bad: position 0 collapsing; a last "
         "position that stays under 5 % wastes draft compute (a smaller k would do).",
-        targets((ratio("position_acceptance_rate"), "{{model_name}} position {{position}}")), "percentunit",
+        targets((ratio("position_acceptance_ratio"), "{{model_name}} position {{position}}")), "percentunit",
         min_=0, max_=1), 6, 8)
     lay.add(timeseries(
         "Conditional acceptance", "Conditional acceptance per position over $window. Bad: a step down at one "
         "position while the others hold.",
-        targets((ratio("position_conditional_acceptance_rate"), "{{model_name}} position {{position}}")),
+        targets((ratio("position_conditional_acceptance_ratio"), "{{model_name}} position {{position}}")),
         "percentunit", min_=0, max_=1), 6, 8)
 
     lay.row("Throughput")
@@ -160,9 +170,13 @@ def dashboard() -> dict:
         tags=["vllm", "speculative-decoding", "mtp"], timezone="browser", refresh="30s",
         time=g.Time("now-3h", "now"), panels=lay.panels, graphTooltip=1,
         templating=variables(
+            *([g.Template(name=CL, label="Cluster", dataSource="${datasource}", includeAll=True, multi=True,
+                          allValue=".*", default="$__all",
+                          query=f"label_values({name(NS, 'drafts', 'rate5m')}, {CL})")] if CL else []),
             g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f"label_values({name(NS, 'drafts', 'rate5m')}, namespace)"),
+                       query=f"label_values({name(NS, 'drafts', 'rate5m')}" + (f'{{{CL}=~"${CL}"}}' if CL else "")
+                             + ", namespace)"),
             g.Template(name="model_name", label="Model", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
                        query=f'label_values({name(NS, "drafts", "rate5m")}{{namespace=~"$namespace"}}, model_name)'),

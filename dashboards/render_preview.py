@@ -27,7 +27,7 @@ KEY_PANELS = (
     "Mean acceptance length per engine",
     "Drafted, accepted and rejected tokens",
 )
-SUBSTITUTE = {"$namespace": ".*", "$model_name": ".*", "$engine": ".*", "$target": ".*", "$window": "5m",
+SUBSTITUTE = {"$cluster": ".*", "$namespace": ".*", "$model_name": ".*", "$engine": ".*", "$target": ".*", "$window": "5m",
               "$__rate_interval": "1m"}
 
 

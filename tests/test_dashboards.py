@@ -94,7 +94,7 @@ def test_quality(uid):
     names = [v["name"] for v in d["templating"]["list"]]
     assert names[0] == "datasource"
     if uid == "vllm-specdec-overview":
-        assert names == ["datasource", "namespace", "model_name", "engine", "window"]
+        assert names == ["datasource", "cluster", "namespace", "model_name", "engine", "window"]
         assert d["annotations"]["list"][0]["expr"].startswith("ALERTS{")
 
 
@@ -142,7 +142,7 @@ def test_every_panel_query_answers_from_a_real_prometheus(tmp_path):
                                   ("target", "target", "vllm_specdec_up")):
             assert prom.label_values(label, match), var
         # The collapsed scenario: the same panels still answer, and show the collapse.
-        wait_for(lambda: (prom.value('vllm_specdec_health{state="collapsed"}') or 0) == 1, 60,
+        wait_for(lambda: (prom.value('vllm_specdec_health{vllm_specdec_health="collapsed"}') or 0) == 1, 60,
                  "the exporter's health to read collapsed")
         wait_for(lambda: (prom.value('namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m')
                           or 9) < 1.9, 30, "the 5m recording rule to fall")

@@ -126,9 +126,9 @@ class Target:
 
 def assert_sane(m: dict, k: int = 2) -> None:
     """No derived figure outside its range, whatever happened."""
-    for s in m.get(f"{P}_acceptance_rate", []) + m.get(f"{P}_engine_acceptance_rate", []):
+    for s in m.get(f"{P}_acceptance_ratio", []) + m.get(f"{P}_engine_acceptance_ratio", []):
         assert 0.0 <= s.value <= 1.0, s
-    for name in ("position_acceptance_rate", "position_conditional_acceptance_rate"):
+    for name in ("position_acceptance_ratio", "position_conditional_acceptance_ratio"):
         for s in m.get(f"{P}_{name}", []):
             assert 0.0 <= s.value <= 1.0, s
     for name in ("mean_acceptance_length", "engine_mean_acceptance_length"):
@@ -254,7 +254,7 @@ def test_restart_with_a_new_k_and_an_engine_that_disappears_and_comes_back():
             assert one(m, f"{P}_num_speculative_tokens") == 3
             assert one(m, f"{P}_exporter_engine_restarts_total") == 2
             assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(1 + 0.9 + 0.6 + 0.3, rel=0.01)
-            assert sorted(s.labels["position"] for s in values_of(m, "position_acceptance_rate", window="1m")) == ["0", "1", "2"]
+            assert sorted(s.labels["position"] for s in values_of(m, "position_acceptance_ratio", window="1m")) == ["0", "1", "2"]
     asyncio.run(go())
 
 
@@ -296,7 +296,7 @@ def test_a_flood_of_engines_is_capped_counted_and_logged(caplog, capsys):
             assert_sane(m, k=1)
     asyncio.run(go())
     logged = capsys.readouterr().out + caplog.text
-    assert "250 model/engine series over max_series_per_target=50 refused" in logged
+    assert "model/engine series over the 50 held per target (max_series_per_target)" in logged
 
 
 def test_200_concurrent_scrapes_all_answered_and_consistent():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import pytest
 
 from vllm_specdec_exporter import config
@@ -21,9 +24,10 @@ def test_window_is_a_difference_of_running_totals_across_restarts():
     h = TargetHistory(WINDOWS, 4000)
     h.observe(0, {KEY: c(1000)})  # before we watched: not counted
     h.observe(10, {KEY: c(1100)})
-    h.observe(20, {KEY: c(50)})  # restart: +50
+    obs = h.observe(20, {KEY: c(50)})  # a restart, confirmed by the next poll
+    assert obs.restarted == () and KEY not in obs.increments
     obs = h.observe(30, {KEY: c(150)})
-    assert obs.restarted == ()
+    assert obs.restarted == (KEY,) and obs.increments[KEY].drafts == 150  # everything since the restart
     w = h.window("1m")
     assert w.span_seconds == 30
     assert w.engines[KEY].drafts == 100 + 50 + 100
@@ -33,10 +37,11 @@ def test_k_change_across_a_restart_starts_a_new_total():
     h = TargetHistory(WINDOWS, 4000)
     h.observe(0, {KEY: c(1000)})
     h.observe(10, {KEY: c(1100)})
-    obs = h.observe(20, {KEY: c(40, k=3)})
+    h.observe(20, {KEY: c(40, k=3)})
+    obs = h.observe(30, {KEY: c(90, k=3)})
     assert obs.restarted == (KEY,)
     w = h.window("1m")
-    assert w.engines[KEY].k == 3 and w.engines[KEY].drafts == 40
+    assert w.engines[KEY].k == 3 and w.engines[KEY].drafts == 90
 
 
 def test_window_start_is_within_a_sixtieth_of_the_window():
@@ -89,3 +94,122 @@ def test_a_new_engine_counts_from_its_first_poll():
     assert obs.appeared == (("m", "1"),) and ("m", "1") not in obs.increments
     h.observe(20, {KEY: c(300), ("m", "1"): c(80)})
     assert h.window("1m").engines[("m", "1")].drafts == 30
+
+
+# --- glitches are not restarts (issue 10 item 2) ---
+
+LIFE = 10_000_000  # drafts of a long healthy life (AL 2.6 at k=2)
+
+
+def life(extra_drafts: float, al_extra: float = 0.03) -> Counters:
+    """10 M healthy drafts (per position 0.9, 0.7), then ``extra_drafts`` collapsed ones."""
+    p0, p1 = LIFE * 0.9 + extra_drafts * al_extra, LIFE * 0.7
+    return Counters(LIFE + extra_drafts, 2 * (LIFE + extra_drafts), p0 + p1, (p0, p1))
+
+
+def al(w) -> float:
+    d = w.engines[KEY]
+    return 1 + d.accepted / d.drafts
+
+
+def run(glitch: Callable[[Counters], Counters], at: int = 30) -> TargetHistory:
+    h = TargetHistory(WINDOWS, 4000)
+    for i in range(60):
+        now = life(500.0 * i)
+        h.observe(5.0 * i, {KEY: glitch(now) if i == at else now})
+    return h
+
+
+def dip_one_position(c: Counters) -> Counters:  # 1 below the previous poll (+15 per poll)
+    return replace(c, per_position=(c.per_position[0] - 16, c.per_position[1]))
+
+
+def cut_between_positions(c: Counters) -> Counters:
+    return replace(c, per_position=c.per_position[:1])
+
+
+def k_grows(c: Counters) -> Counters:
+    return replace(c, per_position=(*c.per_position, 12345.0))
+
+
+def other_server_below(c: Counters) -> Counters:  # a second replica behind the URL, younger
+    return Counters(3_000_000, 6_000_000, 4_800_000, (2_700_000, 2_100_000))
+
+
+def other_server_above(c: Counters) -> Counters:  # ... or older
+    return Counters(14_000_000, 28_000_000, 22_400_000, (12_600_000, 9_800_000))
+
+
+def fresh_server(c: Counters) -> Counters:  # ... or just started: looks like a restart
+    return Counters(200, 400, 320, (180, 140))
+
+
+@pytest.mark.parametrize("glitch", [dip_one_position, cut_between_positions, k_grows, other_server_below,
+                                    other_server_above, fresh_server])
+def test_one_glitchy_poll_adds_nothing_to_any_window(glitch):
+    h = run(glitch)
+    for label, _ in WINDOWS:
+        assert al(h.window(label)) == pytest.approx(1.03, abs=1e-9), label
+
+
+@pytest.mark.parametrize("glitch", [other_server_below, other_server_above, fresh_server])
+def test_two_alternating_servers_never_add_one_lifetime_to_the_other(glitch):
+    h = TargetHistory(WINDOWS, 4000)
+    seen = []
+    for i in range(60):
+        now = life(500.0 * i)
+        obs = h.observe(5.0 * i, {KEY: glitch(now) if i % 2 else now})
+        seen += [reason for _, reason in obs.inconsistent]
+    assert seen  # counted
+    assert al(h.window("1h")) == pytest.approx(1.03, abs=0.01)
+
+
+def test_a_glitch_is_reported_once_and_the_next_poll_counts_from_the_base():
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: life(0)})
+    h.observe(5, {KEY: life(500)})
+    obs = h.observe(10, {KEY: dip_one_position(life(1000))})
+    assert obs.inconsistent == ((KEY, "only some counters went down"),) and KEY not in obs.increments
+    obs = h.observe(15, {KEY: life(1500)})
+    assert obs.inconsistent == () and obs.increments[KEY].drafts == 1000  # from the base: nothing lost
+    assert h.window("1m").engines[KEY].drafts == 1500
+
+
+def test_two_inconsistent_polls_in_a_row_re_base():
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: life(0)})
+    h.observe(5, {KEY: life(500)})
+    h.observe(10, {KEY: cut_between_positions(life(1000))})  # k 2 -> 1, no restart
+    obs = h.observe(15, {KEY: cut_between_positions(life(1500))})  # still k=1: the new base
+    assert [r for _, r in obs.inconsistent] == ["k changed without a restart (positions cut off or added)"]
+    obs = h.observe(20, {KEY: cut_between_positions(life(2000))})
+    assert obs.increments[KEY].drafts == 500 and obs.increments[KEY].k == 1
+    # k changed: as across a restart, the window holds what came after the re-base
+    assert h.window("1m").engines[KEY].drafts == 500
+
+
+def test_a_real_restart_with_a_new_k_is_counted_from_zero():
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: life(0)})
+    h.observe(5, {KEY: life(500)})
+    h.observe(10, {KEY: c(300, k=3)})
+    obs = h.observe(15, {KEY: c(800, k=3)})
+    assert obs.restarted == (KEY,) and obs.increments[KEY].drafts == 800
+    w = h.window("1m")
+    assert w.engines[KEY].k == 3 and w.engines[KEY].drafts == 800
+
+
+def test_the_cap_forgets_the_engine_unseen_longest_and_refuses_when_all_are_served():
+    h = TargetHistory(WINDOWS, 4000)
+    e = [("m", str(i)) for i in range(10)]
+    kept, refused, forget = h.admit({k: c(10) for k in e[:5]}, cap=3, max_models=64)
+    assert sorted(kept) == e[:3] and refused == 2 and forget == []  # all 3 held are served: refused
+    h.observe(0, kept)
+    h.observe(5, {e[0]: c(20), e[1]: c(20)})
+    h.observe(10, {e[0]: c(30)})  # engine 2 unseen since t=0, engine 1 since t=5
+    kept, refused, forget = h.admit({e[0]: c(40), e[8]: c(5)}, cap=3, max_models=64)
+    assert forget == [e[2]] and sorted(kept) == [e[0], e[8]] and refused == 0
+    h.observe(15, kept, forget)
+    assert h.held() == 3 and set(h.latest.totals) == {e[0], e[1], e[8]}
+    kept, refused, _ = h.admit({e[0]: c(50), ("x", "0"): c(1)}, cap=10, max_models=1)
+    assert list(kept) == [e[0]] and refused == 1  # a second model in one poll, over max_models

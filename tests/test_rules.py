@@ -186,7 +186,7 @@ def check_collapse(prom: Prom, started: float, direct: bool) -> None:
             gauge = prom.value('vllm_specdec_mean_acceptance_length{window="8s"}')
             assert gauge is not None and al == pytest.approx(gauge, rel=0.02), (al, gauge)
             rate = prom.value("namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m")
-            assert rate == pytest.approx(prom.value('vllm_specdec_acceptance_rate{window="8s"}'), rel=0.02)
+            assert rate == pytest.approx(prom.value('vllm_specdec_acceptance_ratio{window="8s"}'), rel=0.02)
             pos = prom.value('namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{position="1"}')
             assert pos == pytest.approx(0.687, rel=0.02)
         assert our_alerts(prom) == [], our_alerts(prom)

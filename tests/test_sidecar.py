@@ -20,7 +20,7 @@ def expected_al(survival) -> float:
 
 
 def health_state(m: dict, model: str = MODEL) -> str:
-    states = [s.labels["state"] for s in m[f"{P}_health"] if s.labels["model_name"] == model and s.value == 1.0]
+    states = [s.labels[f"{P}_health"] for s in m[f"{P}_health"] if s.labels["model_name"] == model and s.value == 1.0]
     assert len(states) == 1, states  # exactly one state set
     assert len(values(m, f"{P}_health", model_name=model)) == 5
     return states[0]
@@ -34,10 +34,10 @@ def test_healthy_windows_match_the_injected_acceptance():
             for window in ("1m", "5m"):
                 al = one(m, f"{P}_mean_acceptance_length", window=window)
                 assert al == pytest.approx(expected_al(HEALTHY), rel=0.01)
-                assert one(m, f"{P}_acceptance_rate", window=window) == pytest.approx(sum(HEALTHY) / 2, rel=0.01)
+                assert one(m, f"{P}_acceptance_ratio", window=window) == pytest.approx(sum(HEALTHY) / 2, rel=0.01)
                 for pos, s in enumerate(HEALTHY):
-                    assert one(m, f"{P}_position_acceptance_rate", window=window, position=str(pos)) == pytest.approx(s, rel=0.01)
-                cond = one(m, f"{P}_position_conditional_acceptance_rate", window=window, position="1")
+                    assert one(m, f"{P}_position_acceptance_ratio", window=window, position=str(pos)) == pytest.approx(s, rel=0.01)
+                cond = one(m, f"{P}_position_conditional_acceptance_ratio", window=window, position="1")
                 assert cond == pytest.approx(HEALTHY[1] / HEALTHY[0], rel=0.01)
                 assert one(m, f"{P}_effective_draft_length", window=window) == pytest.approx(2.0)
             # 8 engines x 40 drafts/s over 60 s
@@ -64,7 +64,7 @@ def test_collapse_is_seen_in_the_short_window_first():
             await h.run_for(65)
             m = await h.metrics()
             assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(expected_al(BROKEN), rel=0.01)
-            assert one(m, f"{P}_acceptance_rate", window="1m") == pytest.approx(sum(BROKEN) / 2, rel=0.02)
+            assert one(m, f"{P}_acceptance_ratio", window="1m") == pytest.approx(sum(BROKEN) / 2, rel=0.02)
             # The 5m window still mixes in healthy traffic: between the two.
             assert expected_al(BROKEN) < one(m, f"{P}_mean_acceptance_length", window="5m") < expected_al(HEALTHY)
             await h.run_for(240)
@@ -81,6 +81,69 @@ def test_collapse_is_detected_without_a_baseline_profile():
             assert not values(m, f"{P}_baseline_mean_acceptance_length")
             await h.run_for(65)
             assert health_state(await h.metrics()) == "collapsed"
+    run(go())
+
+
+def engine_states(m: dict, model: str = MODEL) -> dict[str, str]:
+    return {s.labels["engine"]: s.labels[f"{P}_engine_health"] for s in m.get(f"{P}_engine_health", [])
+            if s.labels["model_name"] == model and s.value == 1.0}
+
+
+def test_a_dead_rank_is_named_by_health_and_marked_on_the_landing_page():
+    """DP=8, engine 5 at the broken-head figures, seven healthy: the model's AL is 2.41,
+    yet its health is not ok and the broken engine is named everywhere."""
+    async def go():
+        async with harness("bad-engine") as h:
+            await h.run_for(60)
+            m = await h.metrics()
+            assert health_state(m) == "ok" and set(engine_states(m).values()) == {"ok"}
+            await h.run_for(300)
+            m = await h.metrics()
+            assert one(m, f"{P}_mean_acceptance_length", window="5m") > 2.3  # hidden behind its siblings
+            assert health_state(m) == "degraded"
+            states = engine_states(m)
+            assert states.pop("5") == "collapsed" and set(states.values()) == {"ok"} and len(states) == 7
+            status, page = await h.get("/")
+            assert status == 200
+            assert "engine 5 collapsed" in page  # the reason names it
+            row = page[page.index("<tr class=health-collapsed><td>5</td>"):]
+            assert "&#9888;" in row[:row.index("</tr>")]
+            assert page.count("<tr class=health-ok>") == 7
+    run(go())
+
+
+def test_counters_that_break_vllm_invariants_are_never_ok():
+    from vllm_specdec_exporter import config
+    from vllm_specdec_exporter.health import judge
+    from vllm_specdec_exporter.model import Counters
+
+    sane = Counters(3000, 6000, 4833, (2772, 2061))
+    bad = Counters(3000, 6000, 7000, (3000, 4000))  # accepted > draft tokens, position 1 > position 0
+    assert judge({"0": sane}, 300, None, config.DETECTION, 100).state == "unknown"  # no profile, nothing wrong
+    verdict = judge({"0": sane, "1": bad}, 300, None, config.DETECTION, 100)
+    assert verdict.state == "unknown" and "invariant" in verdict.reason
+    assert verdict.engines == {"0": "ok", "1": "unknown"}
+
+
+def test_the_metric_contract():
+    """_ratio names, health as an OpenMetrics StateSet, canonical window labels,
+    process_/python_ series and build_info with a revision."""
+    async def go():
+        async with harness("healthy", {"windows": ["60s", "300s"], "health": {"window": "300s"}}) as h:
+            await h.run_for(60)
+            m = await h.metrics()
+            assert {s.labels["window"] for s in m[f"{P}_window_drafts"]} == {"1m", "5m"}
+            assert one(m, f"{P}_acceptance_ratio", window="1m") > 0.7 and f"{P}_acceptance_rate" not in m
+            assert {s.labels[f"{P}_health"] for s in m[f"{P}_health"]} == {"ok", "degraded", "collapsed", "idle",
+                                                                           "unknown"}
+            assert len(values(m, f"{P}_engine_health")) == 8 * 5
+            (info,) = m[f"{P}_exporter_build_info"]
+            assert info.labels["revision"] and info.labels["version"]
+            assert values(m, "process_resident_memory_bytes") and values(m, "python_info")
+            async with h.session.get(h.exporter_url + "/metrics",
+                                     headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as resp:
+                om = await resp.text()
+            assert f"# TYPE {P}_health stateset" in om and f"# TYPE {P}_engine_health stateset" in om
     run(go())
 
 
@@ -105,7 +168,7 @@ def test_restart_mid_window_gives_no_negative_or_inflated_rate():
                 m = await h.metrics()
                 for window in ("1m", "5m"):
                     al = values(m, f"{P}_mean_acceptance_length", window=window)
-                    rate = values(m, f"{P}_acceptance_rate", window=window)
+                    rate = values(m, f"{P}_acceptance_ratio", window=window)
                     drafts = one(m, f"{P}_window_drafts", window=window)
                     assert drafts >= 0
                     assert all(v == pytest.approx(1 + 0.85 + 0.62, rel=0.01) for v in al), (h.clock.t, al)
@@ -133,7 +196,7 @@ def test_target_down_goes_up_0_at_once_and_gauges_vanish_after_staleness():
             await h.run_for(60)
             m = await h.metrics()
             assert one(m, f"{P}_up") == 0
-            for family in ("mean_acceptance_length", "acceptance_rate", "position_acceptance_rate", "health",
+            for family in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio", "health",
                            "window_drafts", "drafts_total", "engine_mean_acceptance_length"):
                 assert not values(m, f"{P}_{family}"), family
             assert one(m, f"{P}_exporter_last_success_timestamp_seconds") > 0
@@ -150,7 +213,7 @@ def test_idle_window_shows_no_ratio_gauges():
             await h.run_for(130)
             m = await h.metrics()
             assert not values(m, f"{P}_mean_acceptance_length", window="1m")
-            assert not values(m, f"{P}_acceptance_rate", window="1m")
+            assert not values(m, f"{P}_acceptance_ratio", window="1m")
             assert one(m, f"{P}_window_drafts", window="1m") == 0
             assert health_state(m) == "idle"
             # the 5m window still holds the traffic of the first minute

@@ -66,9 +66,24 @@ def test_demo_runs_and_stops_cleanly():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     assert "exporter:  http://127.0.0.1:" in out and "/metrics" in out
-    assert "model deepseek-ai/DeepSeek-V4-Pro   k=2" in out
+    assert "model deepseek-ai/DeepSeek-V4-Pro   k=2   figures and health over the last 20s" in out
     assert "position 1" in out
     assert out.rstrip().endswith("demo stopped: simulator and exporter shut down.")
+
+
+def test_demo_health_line_names_the_broken_engine():
+    """Engine 5 breaks at 40 s of scenario time (10 s of real time at speed 4): within
+    14 s the health line names it, and no frame before the break does."""
+    proc = run_cli("demo", "--duration", "24s", "--speed", "4", "--exporter-port", "0", "--simulator-port", "0",
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    frames = [f for f in proc.stdout.decode().split("vllm-specdec-exporter live demo") if "health:" in f]
+    health = [(float(f.split("t=")[1].split()[0]), next(ln for ln in f.splitlines() if "health:" in ln))
+              for f in frames]
+    assert all("engine 5" not in line for t, line in health if t < 40), health
+    named = [line for t, line in health if "engine 5" in line]
+    assert named and "health: DEGRADED  (engine 5 " in named[-1], health
+    assert all("engine 5" in line for t, line in health if t >= 88), health  # 12 s of real time after the break
 
 
 def test_demo_stops_cleanly_on_ctrl_c():

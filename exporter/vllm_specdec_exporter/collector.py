@@ -7,8 +7,12 @@ module-level metric objects). Names are the public contract; they are built from
 
 from __future__ import annotations
 
+import functools
+import os
 import platform
+import subprocess
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import (
@@ -16,6 +20,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    StateSetMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -86,26 +91,32 @@ class SpecDecodeCollector(Collector):
         s = self._settings
         tmw, tmwp = [T, M, W], [T, M, W, POS]
         al = _gauge("mean_acceptance_length", "Mean acceptance length 1 + accepted/drafts over the window, summed over engines.", tmw)
-        rate = _gauge("acceptance_rate", "Draft acceptance rate accepted/draft_tokens over the window, summed over engines.", tmw)
-        pos = _gauge("position_acceptance_rate", "Share of drafts with at least position+1 tokens accepted over the window.", tmwp)
-        cond = _gauge("position_conditional_acceptance_rate",
+        # 0-1 figures end in _ratio (a PromQL reader takes "rate" for per-second).
+        rate = _gauge("acceptance_ratio", "Draft acceptance accepted/draft_tokens over the window, summed over engines.", tmw)
+        pos = _gauge("position_acceptance_ratio", "Share of drafts with at least position+1 tokens accepted over the window.", tmwp)
+        cond = _gauge("position_conditional_acceptance_ratio",
                       "Acceptance at a position given the previous one was accepted, over the window.", tmwp)
         edl = _gauge("effective_draft_length", "Draft tokens per draft over the window (<= k).", tmw)
         drafts = _gauge("window_drafts", "Drafts in the window: the sample size behind the ratio gauges.", tmw)
         span = _gauge("window_span_seconds", "Seconds actually covered by the window (shorter just after start).", tmw)
         e_al = _gauge("engine_mean_acceptance_length", "Mean acceptance length of one engine over the window.", [T, M, E, W])
-        e_rate = _gauge("engine_acceptance_rate", "Draft acceptance rate of one engine over the window.", [T, M, E, W])
+        e_rate = _gauge("engine_acceptance_ratio", "Draft acceptance of one engine over the window.", [T, M, E, W])
         k = _gauge("num_speculative_tokens", "k, the number of speculative tokens, from the position series.", [T, M])
         baseline = _gauge("baseline_mean_acceptance_length",
                           "Expected mean acceptance length of the matched baseline profile.", [T, M, "profile"])
-        health = _gauge("health", "Speculative-decoding health over the health window: one state is 1.", [T, M, config.LABEL_STATE])
+        # OpenMetrics StateSets: one series per state, the state in a label named after the family.
+        health = StateSetMetricFamily(f"{P}_health", "Speculative-decoding health of the model over the health window "
+                                      "(ok, degraded, collapsed, idle, unknown).", labels=[T, M])
+        e_health = StateSetMetricFamily(f"{P}_engine_health", "Speculative-decoding health of one engine over the "
+                                        "health window (ok, degraded, collapsed, idle, unknown).", labels=[T, M, E])
         for v in views:
             for mv in v.models:
                 k.add_metric([v.name, mv.model_name], mv.k)
                 if mv.profile is not None:
                     baseline.add_metric([v.name, mv.model_name, mv.profile.name], mv.profile.mean_acceptance_length)
-                for state in config.HEALTH_STATES:
-                    health.add_metric([v.name, mv.model_name, state], 1.0 if state == mv.health else 0.0)
+                health.add_metric([v.name, mv.model_name], {st: st == mv.health for st in config.HEALTH_STATES})
+                for engine, state in mv.engine_health.items():
+                    e_health.add_metric([v.name, mv.model_name, engine], {st: st == state for st in config.HEALTH_STATES})
                 for window, mw in mv.windows.items():
                     labels = [v.name, mv.model_name, window]
                     st = mw.stats
@@ -124,7 +135,7 @@ class SpecDecodeCollector(Collector):
                     for i, (p, c) in enumerate(zip(st.per_position_acceptance, st.conditional_acceptance)):
                         _add(pos, [*labels, str(i)], p)
                         _add(cond, [*labels, str(i)], c)
-        yield from (al, rate, pos, cond, edl, drafts, span, e_al, e_rate, k, baseline, health)
+        yield from (al, rate, pos, cond, edl, drafts, span, e_al, e_rate, k, baseline, health, e_health)
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:
@@ -138,6 +149,12 @@ class SpecDecodeCollector(Collector):
                               "Counter invariant violations seen in poll-to-poll increments.", [T])
         parse_errors = _counter("exporter_parse_errors", "Malformed or duplicate lines among the families read.", [T])
         refused = _counter("exporter_series_refused", "Model/engine series refused by max_series_per_target.", [T])
+        forgotten = _counter("exporter_series_forgotten",
+                             "Held model/engine series forgotten to make room for new ones (max_series_per_target).", [T])
+        inconsistent = _counter("exporter_inconsistent_polls",
+                                "Engine polls neither consistent nor a restart (a glitch): nothing added to any window.",
+                                [T])
+        restarts = _counter("exporter_poll_task_restarts", "Times a target's poll loop failed and was restarted.", [T])
         target_info = _gauge("target_info", "The producer detected (or configured) for a target, and which of its figures are "
                              "approximate (comma-separated; empty: all exact); the value is always 1.",
                              [T, "producer", "approximate"])
@@ -153,12 +170,32 @@ class SpecDecodeCollector(Collector):
             violations.add_metric([v.name], v.invariant_violations)
             parse_errors.add_metric([v.name], v.parse_errors)
             refused.add_metric([v.name], v.series_refused)
+            forgotten.add_metric([v.name], v.series_forgotten)
+            inconsistent.add_metric([v.name], v.inconsistent_polls)
+            restarts.add_metric([v.name], v.poll_task_restarts)
             if v.producer:
                 target_info.add_metric([v.name, v.producer, ",".join(v.approximate)], 1.0)
-        info = _gauge("exporter_build_info", "Build of the exporter; the value is always 1.", ["version", "python_version"])
-        info.add_metric([__version__, platform.python_version()], 1.0)
+        info = _gauge("exporter_build_info", "Build of the exporter; the value is always 1.",
+                      ["version", "revision", "python_version"])
+        info.add_metric([__version__, revision(), platform.python_version()], 1.0)
         yield target_info
-        yield from (up, polls, duration, last, resets, violations, parse_errors, refused, info)
+        yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,
+                    restarts, info)
+
+
+@functools.cache
+def revision() -> str:
+    """The source revision: $VLLM_SPECDEC_EXPORTER_REVISION (set by the image build), else
+    the git commit of a source checkout, else "unknown"."""
+    env = os.environ.get(config.ENV_PREFIX + "REVISION", "").strip()
+    if env:
+        return env[:40]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=2)
+        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:

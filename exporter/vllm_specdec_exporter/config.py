@@ -84,8 +84,34 @@ WINDOW_RESOLUTION = 60
 DEFAULT_MIN_DRAFTS = 100
 # Derived gauges of a target that stopped answering vanish after this long.
 DEFAULT_STALENESS = "60s"
-# Label values per label name before new ones are refused (issue: a flood of engines).
-DEFAULT_MAX_SERIES_PER_TARGET = 4096
+
+# --- Hostile input and scale: hard bounds on what the sidecar holds (README: "Reliability") ---
+# Largest k accepted. vLLM's largest real k is about 10; position series at or
+# beyond this are refused with a warning, so positions per engine are bounded.
+MAX_K = 64
+# A counter value above 2**53 cannot count by one any more (float64), and sums of
+# such values could overflow to +Inf: a series above it is refused as not a counter.
+MAX_COUNTER_VALUE = float(2**53)
+# Model/engine series held per target (per poll and in the windows). The engine
+# unseen the longest is forgotten to make room for a new one; if every held engine
+# is still served, the new one is refused. Both are counted and warned about once.
+DEFAULT_MAX_SERIES_PER_TARGET = 512
+# ... and over all targets together: each target holds at most this / targets.
+MAX_SERIES_TOTAL = 4096
+# Models per target: series of further models are refused.
+MAX_MODELS_PER_TARGET = 64
+# Longest model or engine label value kept; longer series are refused. It also
+# bounds the work of matching a baseline-profile pattern against a model name.
+MAX_LABEL_VALUE_LENGTH = 256
+# Polls faster than this are refused: they would only burn CPU.
+MIN_POLL_INTERVAL_SECONDS = 0.1
+# Drafts one engine can make per second, generously: 1,024 running sequences at
+# 100 verification steps/s. A poll whose drafts grew faster, or that "restarted" to
+# more than this many per second since the last poll, is inconsistent (history.py).
+MAX_DRAFTS_PER_SECOND = 100_000
+# Payloads above this are parsed in a worker thread, so /healthz and /metrics keep
+# answering while a 32 MiB payload is read.
+PARSE_IN_THREAD_BYTES = 256 * 1024
 
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's

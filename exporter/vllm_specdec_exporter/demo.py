@@ -19,9 +19,12 @@ from .settings import build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
 from .web import create_app, start_site
 
-DEMO_WINDOW = "1m"
-WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_rate", "position_acceptance_rate",
-                               "baseline_mean_acceptance_length", "health", "window_drafts",
+# A short health window, so the view names a broken engine within seconds of the break
+# (engine 5 at 40 s: lagging after ~6 s, collapsed after ~20 s), and says which window it shows.
+DEMO_WINDOW = "20s"
+DEMO_WINDOWS = [DEMO_WINDOW, "1m", "5m"]
+WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio",
+                               "baseline_mean_acceptance_length", "health", "engine_health", "window_drafts",
                                "num_speculative_tokens", "engine_mean_acceptance_length", "up")]
 
 
@@ -46,16 +49,21 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
         lines.append("  target down")
     for k_sample in values("num_speculative_tokens"):
         model, k = k_sample.labels["model_name"], int(k_sample.value)
-        state = next((s.labels["state"] for s in values("health", model_name=model) if s.value == 1.0), "unknown")
+        state = next((s.labels[f"{P}_health"] for s in values("health", model_name=model) if s.value == 1.0), "-")
+        bad = sorted(((s.labels["engine"], s.labels[f"{P}_engine_health"]) for s in values("engine_health", model_name=model)
+                      if s.value == 1.0 and s.labels[f"{P}_engine_health"] in ("collapsed", "degraded")),
+                     key=lambda es: (len(es[0]), es[0]))
+        why = f"  ({', '.join(f'engine {e} {st}' for e, st in bad)})" if bad else ""
         al = values("mean_acceptance_length", model_name=model, window=DEMO_WINDOW)
         base = values("baseline_mean_acceptance_length", model_name=model)
         drafts = values("window_drafts", model_name=model, window=DEMO_WINDOW)
-        lines.append(f"model {model}   k={k}   window {DEMO_WINDOW}   health: {state.upper()}")
+        lines.append(f"model {model}   k={k}   figures and health over the last {DEMO_WINDOW}   "
+                     f"health: {state.upper()}{why}")
         lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}"
                      f"   baseline {base[0].value if base else float('nan'):.2f}   ceiling {k + 1:.2f}"
                      f"   drafts in window {drafts[0].value if drafts else 0:,.0f}")
         for pos in range(k):
-            p = values("position_acceptance_rate", model_name=model, window=DEMO_WINDOW, position=str(pos))
+            p = values("position_acceptance_ratio", model_name=model, window=DEMO_WINDOW, position=str(pos))
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
         engines = sorted(values("engine_mean_acceptance_length", model_name=model, window=DEMO_WINDOW),
@@ -78,7 +86,7 @@ async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float |
     simulation = Simulation(load_scenario(scenario), speed=speed)
     sim_runner, sim_url = await _start(create_simulator_app(simulation), "127.0.0.1", simulator_port)
     settings = build_settings(
-        {"windows": ["1m", "5m", "15m", "1h"], "health": {"window": DEMO_WINDOW}, "poll": {"interval": "1s"}},
+        {"windows": DEMO_WINDOWS, "health": {"window": DEMO_WINDOW}, "poll": {"interval": "1s"}},
         {"urls": [f"demo={sim_url}/metrics"], "listen_address": f"127.0.0.1:{exporter_port}", "log_level": "warning"},
     )
     exp_runner, exporter_url = await _start(create_app(settings), "127.0.0.1", exporter_port)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
@@ -18,7 +19,10 @@ from .model import Counters, SeriesKey
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator > 0 else None
+    if not denominator > 0:
+        return None
+    value = numerator / denominator
+    return value if math.isfinite(value) else None  # never a non-finite figure
 
 
 def _restarted(before: Counters, after: Counters) -> bool:
@@ -152,7 +156,7 @@ class Stats:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        out = {f: getattr(self, f) for f in _STATS_FIELDS}  # dataclasses.asdict deep-copies: slow
+        out = {f: _finite(getattr(self, f)) for f in _STATS_FIELDS}  # dataclasses.asdict deep-copies: slow
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
             out[key] = _count(out[key])
         out["accepted_per_position"] = [_count(v) for v in self.accepted_per_position]
@@ -164,7 +168,14 @@ _STATS_FIELDS = tuple(f.name for f in fields(Stats))
 
 
 def _count(v: float | None) -> float | int | None:
-    return int(v) if v is not None and float(v).is_integer() else v
+    return int(v) if v is not None and float(v).is_integer() else _finite(v)
+
+
+def _finite(v):
+    """JSON (RFC 8259) has no Infinity or NaN: a non-finite figure is null."""
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v if v is None or isinstance(v, (int, str)) or math.isfinite(v) else None
 
 
 def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
@@ -185,7 +196,7 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
         accepted_per_position=per_pos,
         num_generation_tokens=c.generation_tokens,
         k=c.k,
-        mean_acceptance_length=None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
+        mean_acceptance_length=None if (r := ratio(c.accepted, c.drafts)) is None else 1.0 + r,
         acceptance_rate=ratio(c.accepted, c.draft_tokens),
         per_position_acceptance=survival,
         conditional_acceptance=conditional,

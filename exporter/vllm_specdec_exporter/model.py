@@ -46,3 +46,4 @@ class Snapshot:
     duplicate_series: int = 0
     # Figures that are estimates, not exact (SGLang: from finished-request totals).
     approximate: tuple[str, ...] = field(default=())
+    impossible_values: int = 0  # negative, non-finite or > MAX_COUNTER_VALUE: refused, counted as violations

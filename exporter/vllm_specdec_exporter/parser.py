@@ -36,7 +36,6 @@ _FAST_LINE_RE = re.compile(
 _FAST_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 # Lines are located by a shared prefix of this many bytes, one pass per prefix.
 _PREFIX_BYTES = 10
-_EOF_TAIL_BYTES = 4096
 # First meaningful line of any exposition: a comment or a sample name.
 _SNIFF_RE = re.compile(rb"[ \t]*(#|[a-zA-Z_:][a-zA-Z0-9_:]*[ \t{])")
 
@@ -46,8 +45,12 @@ class ParseError(ValueError):
 
 
 class PayloadTooLarge(ParseError):
-    def __init__(self, size: int, cap: int):
-        super().__init__(f"payload is {size:,} bytes, over the {cap:,}-byte cap")
+    """``size`` is the real size when known (Content-Length, a file), else None:
+    the body was cut off as soon as it passed the cap."""
+
+    def __init__(self, size: int | None, cap: int, source: str | None = None):
+        amount = f"{size:,} bytes" if size is not None else f"more than {cap:,} bytes"
+        super().__init__(f"{source + ': ' if source else ''}payload is {amount}, over the {cap:,}-byte cap")
         self.size = size
         self.cap = cap
 
@@ -104,7 +107,8 @@ def _unescape(value: str) -> str:
 def _parse_float(token: str) -> float:
     # Go's ParseFloat forms (1.5e+06, +Inf, NaN); Python's float() also takes
     # "1_000" and "infinity" spellings that no exposition contains: refuse them.
-    if "_" in token or not token:
+    # float() also reads non-ASCII digits ('١٢'), which no exposition format allows.
+    if "_" in token or not token or not token.isascii():
         raise _Malformed(f"bad value {token[:40]!r}")
     try:
         return float(token)
@@ -179,6 +183,13 @@ def _check_payload(data: bytes, max_bytes: int) -> None:
     if not _SNIFF_RE.match(stripped):
         first = stripped.split(b"\n", 1)[0][:60].decode("utf-8", "replace")
         raise NotPrometheusText(f"not Prometheus text: first line starts {first!r}")
+    # Both formats are UTF-8 by definition; anything else (Latin-1, UTF-16, random
+    # bytes after a text-like start) is not Prometheus text. C speed: ~10 ms for 32 MiB.
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise NotPrometheusText(f"not Prometheus text: not valid UTF-8 (line {line}, byte {e.start})") from None
 
 
 def _record(exp: Exposition, data: bytes, pos: int, message: str) -> None:
@@ -205,6 +216,18 @@ def _add_line(exp: Exposition, seen: set, data: bytes, start: int, end: int) -> 
         return
     seen.add(key)
     exp.samples.setdefault(sample.name, []).append(sample)
+
+
+def _find_eof(data: bytes) -> int:
+    """Offset of the first line that is exactly '# EOF' (blanks and CR allowed around), or -1."""
+    pos = 0 if data.startswith(b"# EOF") else data.find(b"\n# EOF")
+    while pos != -1:
+        start = pos if data.startswith(b"# EOF", pos) else pos + 1
+        end = data.find(b"\n", start)
+        if data[start : len(data) if end == -1 else end].strip() == b"# EOF":
+            return start
+        pos = data.find(b"\n# EOF", start + 5)
+    return -1
 
 
 def _end_of(data: bytes, start: int, limit: int) -> int:
@@ -235,12 +258,11 @@ def parse(
     exp = Exposition(size=len(data))
     seen: set = set()
 
-    # OpenMetrics ends at "# EOF"; a sample after it is not part of the exposition.
-    # Only the tail is searched: scanning 0.3 MB backwards for a marker that belongs
-    # on the last line would cost as much as the whole fast path.
+    # OpenMetrics ends at the first "# EOF" line, wherever it is; a sample after it
+    # is not part of the exposition (bytes.find: ~1 ms per MB).
     limit = len(data)
-    eof = data.rfind(b"# EOF", max(0, limit - _EOF_TAIL_BYTES))
-    if eof != -1 and (eof == 0 or data[eof - 1 : eof] == b"\n"):
+    eof = _find_eof(data)
+    if eof != -1:
         exp.openmetrics = True
         if data[eof + 5 :].strip():
             exp.malformed_lines += 1

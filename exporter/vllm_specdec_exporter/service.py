@@ -9,7 +9,9 @@ HTTP session are injected: tests drive ``poll_once`` with a fake clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import aiohttp
 import structlog
 
+from . import config
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
@@ -77,6 +80,9 @@ class TargetView:
     invariant_violations: int = 0
     parse_errors: int = 0
     series_refused: int = 0
+    series_forgotten: int = 0  # held engines dropped to make room (max_series_per_target)
+    inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
+    poll_task_restarts: int = 0
     raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
     # Spec decode off: only vLLM's generation-token counters, so generating without
     # drafting stays visible (and alertable) through the sidecar alone.
@@ -140,10 +146,14 @@ class TargetPoller:
         self.mono = mono
         self.wall = wall
         self.history = TargetHistory(settings.windows, settings.windows[-1][1] + settings.staleness)
+        # Hard bound on the model/engine series held, per target and over all targets.
+        self.max_series = min(settings.max_series_per_target,
+                              max(1, config.MAX_SERIES_TOTAL // max(1, len(settings.targets))))
         self.failures = 0
         self._polls = {r: 0 for r in POLL_RESULTS}
         self._buckets = [0] * len(POLL_DURATION_BUCKETS)
         self._seen_warnings: set[str] = set()
+        self._last_exception: str | None = None
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
     def _headers(self) -> dict[str, str]:
@@ -157,10 +167,17 @@ class TargetPoller:
             raise SourceError(f"cannot read bearer_token_file: {e.strerror}", "error") from None
         return {"Authorization": f"Bearer {token}"}
 
+    def _read(self, body: bytes) -> _Read:
+        """Parse and bound one payload; pure CPU, run in a worker thread for big payloads."""
+        snapshot = extract(body, self.settings.max_payload_bytes, self.target.producer)
+        kept, refused, forget = self.history.admit(snapshot.engines, self.max_series, config.MAX_MODELS_PER_TARGET)
+        return _Read(snapshot, kept, refused, forget)
+
     async def poll_once(self) -> str:
-        """One poll; returns the result word (also counted in polls_total)."""
+        """One poll; returns the result word (also counted in polls_total). Never raises
+        (but for cancellation): whatever goes wrong is counted as a result."""
         started = self.mono()
-        snapshot = None
+        read = None
         generation: dict = {}  # spec decode off: vLLM's generation counters only
         error = None
         try:
@@ -168,7 +185,9 @@ class TargetPoller:
                 self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
-            snapshot = extract(body, self.settings.max_payload_bytes, self.target.producer)
+            # A 32 MiB payload takes seconds of Python: off the event loop, so /healthz
+            # and /metrics keep answering.
+            read = await _in_thread(self._read, body) if len(body) > config.PARSE_IN_THREAD_BYTES else self._read(body)
             result = "success"
         except PayloadTooLarge as e:
             result, error = "too_large", str(e)
@@ -181,15 +200,29 @@ class TargetPoller:
         except SourceError as e:
             result, error = e.kind, str(e)
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
-            result, error = "error", f"{type(e).__name__}: {e}"
-            log.exception("poll_failed_unexpectedly", target=self.target.name)
+            result, error = "error", self._log_exception(e)
         duration = self.mono() - started
-        self._record(result, error, duration, snapshot, generation)
+        try:
+            self._record(result, error, duration, read, generation)
+        except Exception as e:  # e.g. in the history or the views: this poll failed, not the poller
+            result = "error"
+            self._record(result, self._log_exception(e), duration, None, {})
         return result
 
-    def _record(self, result: str, error: str | None, duration: float, snapshot: Snapshot | None,
+    def _log_exception(self, e: Exception) -> str:
+        message = f"{type(e).__name__}: {e}"[:500]
+        if message != self._last_exception:  # once with its traceback, not on every poll
+            self._last_exception = message
+            log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
+        return message
+
+    def _record(self, result: str, error: str | None, duration: float, read: _Read | None,
                 generation: Mapping[SeriesKey, float]) -> None:
         view = self.view
+        if result == "success":  # the history and views first: if they raise, nothing is counted twice
+            now = self.mono()
+            observation = self.history.observe(now, read.kept, read.forget)
+            models = model_views(self.history, _consistent(self.history, read.kept), self.settings, self.target.method)
         self._polls[result] = self._polls.get(result, 0) + 1
         for i, bound in enumerate(POLL_DURATION_BUCKETS):
             if duration <= bound:
@@ -219,36 +252,37 @@ class TargetPoller:
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)
         self.failures = 0
-
-        engines = dict(snapshot.engines)
-        refused = 0
-        if len(engines) > self.settings.max_series_per_target:
-            keep = sorted(engines)[: self.settings.max_series_per_target]
-            refused = len(engines) - len(keep)
-            engines = {k: engines[k] for k in keep}
-            self._warn_once(f"{refused} model/engine series over max_series_per_target="
-                            f"{self.settings.max_series_per_target} refused")
-        now = self.mono()
-        observation = self.history.observe(now, engines)
-        violations = 0
+        self._last_exception = None
+        snapshot = read.snapshot
+        if read.refused:
+            self._warn_once(f"model/engine series over the {self.max_series} held per target (max_series_per_target) "
+                            f"or over {config.MAX_MODELS_PER_TARGET} models refused")
+        if read.forget:
+            self._warn_once(f"model/engine series unseen the longest forgotten to stay within the "
+                            f"{self.max_series} held per target (max_series_per_target)")
+        violations = snapshot.impossible_values
         for key, inc in observation.increments.items():
             for message in invariant_violations(inc, series_name(key)):
                 violations += 1
                 self._warn_once(f"invariant violated in the last poll: {message}")
+        for key, reason in observation.inconsistent:
+            self._warn_once(f"{series_name(key)[:300]}: inconsistent poll, nothing added to the windows: {reason}")
         for key in observation.restarted:
-            log.info("counter_reset", target=self.target.name, series=series_name(key))
-        for key in observation.appeared:
-            log.info("engine_appeared", target=self.target.name, series=series_name(key))
+            log.info("counter_reset", target=self.target.name, series=series_name(key)[:300])
+        for key in observation.appeared[:10]:  # a flood of engines is not a flood of log lines
+            log.info("engine_appeared", target=self.target.name, series=series_name(key)[:300])
         for message in snapshot.warnings:
             self._warn_once(message)
         self.view = replace(
             view, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
+            inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent),
             parse_errors=view.parse_errors + snapshot.malformed_lines + snapshot.duplicate_series,
-            series_refused=view.series_refused + refused,
-            raw=engines, generation_only={}, producer=snapshot.producer, approximate=snapshot.approximate,
-            models=model_views(self.history, engines, self.settings, self.target.method),
+            series_refused=view.series_refused + read.refused,
+            series_forgotten=view.series_forgotten + len(read.forget),
+            raw=_consistent(self.history, read.kept), generation_only={}, models=models,
+            producer=snapshot.producer, approximate=snapshot.approximate,
             **common,
         )
 
@@ -256,7 +290,7 @@ class TargetPoller:
         # Upstream problems are logged when first seen, not on every poll.
         if message not in self._seen_warnings and len(self._seen_warnings) < 1000:
             self._seen_warnings.add(message)
-            log.warning("target_warning", target=self.target.name, warning=message)
+            log.warning("target_warning", target=self.target.name, warning=message[:1000])
 
     def next_delay(self) -> float:
         """The poll interval, or exponential backoff with jitter while the target fails."""
@@ -267,7 +301,51 @@ class TargetPoller:
         return random.uniform(max(interval, ceiling / 2), max(interval, ceiling))
 
     async def run(self) -> None:
+        """Poll forever. poll_once never raises; should anything else here fail, the
+        loop is restarted after one interval, and that is counted and logged."""
         while True:
-            started = self.mono()
-            await self.poll_once()
-            await asyncio.sleep(max(0.0, started + self.next_delay() - self.mono()))
+            try:
+                while True:
+                    started = self.mono()
+                    await self.poll_once()
+                    await asyncio.sleep(max(0.0, started + self.next_delay() - self.mono()))
+            except Exception as e:
+                self.view = replace(self.view, up=False, poll_task_restarts=self.view.poll_task_restarts + 1)
+                log.exception("poll_task_restarted", target=self.target.name, error=f"{type(e).__name__}: {e}"[:500])
+                await asyncio.sleep(self.settings.poll_interval)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    snapshot: Snapshot
+    kept: dict[SeriesKey, Counters]  # within the bounds
+    refused: int
+    forget: list[SeriesKey]
+
+
+def _consistent(history: TargetHistory, kept: Mapping[SeriesKey, Counters]) -> dict[SeriesKey, Counters]:
+    """What is re-exported: each engine's last consistent values, so a glitch (a cut
+    payload, a dip) never reaches Prometheus as a counter reset."""
+    return {key: history.base(key) or c for key, c in kept.items()}
+
+
+async def _in_thread(fn, *args):
+    """``fn(*args)`` in a daemon thread: unlike asyncio.to_thread, a parse still running
+    at SIGTERM does not hold up the exit (the default executor is joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value, error) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(value)
+
+    def work() -> None:
+        try:
+            value, error = fn(*args), None
+        except BaseException as e:  # handed to the awaiting poll
+            value, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name="parse", daemon=True).start()
+    return await future

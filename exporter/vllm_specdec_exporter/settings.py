@@ -104,6 +104,14 @@ def _duration(key: str, value: Any) -> float:
         raise ConfigError(key, str(e)) from None
 
 
+def canonical_duration(seconds: float) -> str:
+    """The one spelling of a duration: the largest unit that divides it (300 -> '5m', 90 -> '90s')."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 def _number(key: str, value: Any, low: float, high: float, integer: bool = False) -> float:
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
@@ -267,13 +275,15 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
     raw_windows = data.get("windows", list(config.DEFAULT_WINDOWS))
     if not isinstance(raw_windows, list) or not raw_windows:
         raise ConfigError("windows", "expected a non-empty list of durations, e.g. [1m, 5m, 15m, 1h]")
-    windows = sorted(((str(w), _duration(f"windows[{i}]", w)) for i, w in enumerate(raw_windows)), key=lambda w: w[1])
+    # Labels are canonical (300s -> 5m): the window label is part of the exported contract.
+    windows = sorted(((canonical_duration(d), d) for d in (_duration(f"windows[{i}]", w) for i, w in
+                                                          enumerate(raw_windows))), key=lambda w: w[1])
     if len({s for _, s in windows}) != len(windows):
         raise ConfigError("windows", f"durations must be distinct, got {raw_windows}")
     if windows[0][1] < interval:
         raise ConfigError("windows", f"the shortest window ({windows[0][0]}) is shorter than poll.interval")
 
-    health_window = str(health.get("window", config.DEFAULT_HEALTH_WINDOW))
+    health_window = canonical_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
     if health_window not in dict(windows):
         raise ConfigError("health.window", f"{health_window!r} is not one of the windows {[w for w, _ in windows]}")
 

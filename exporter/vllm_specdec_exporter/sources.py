@@ -33,12 +33,16 @@ class SourceError(Exception):
 
 def redact_url(url: str) -> str:
     """The URL without any user:password part, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
+    try:
+        parts = urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        port = parts.port
+    except ValueError:  # e.g. http://[::1/ or a port over 65535: never echo a password
+        return url.split("://", 1)[0] + "://<invalid URL>" if "@" in url else url
     host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    if port:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
@@ -71,12 +75,12 @@ async def fetch_metrics(
             if resp.status != 200:
                 raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip(), "http_error")
             if resp.content_length is not None and resp.content_length > max_bytes:
-                raise PayloadTooLarge(resp.content_length, max_bytes)
+                raise PayloadTooLarge(resp.content_length, max_bytes, shown)
             body = bytearray()
             async for chunk in resp.content.iter_chunked(1 << 16):
                 body += chunk
-                if len(body) > max_bytes:
-                    raise PayloadTooLarge(len(body), max_bytes)
+                if len(body) > max_bytes:  # stop reading: the real size stays unknown
+                    raise PayloadTooLarge(None, max_bytes, shown)
             return bytes(body)
     except asyncio.TimeoutError:
         raise SourceError(f"{shown} did not answer within {timeout:g} s", "timeout") from None
@@ -117,5 +121,7 @@ def read_source(
         except OSError as e:
             raise SourceError(f"cannot read {source}: {e.strerror}") from None
     if len(data) > max_bytes:
-        raise PayloadTooLarge(len(data), max_bytes)
+        size = None if source == "-" else Path(source).stat().st_size
+        size = size if size and size > max_bytes else None  # a pipe or a file still growing
+        raise PayloadTooLarge(size, max_bytes, "stdin" if source == "-" else source)
     return data

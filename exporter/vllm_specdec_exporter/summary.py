@@ -13,9 +13,16 @@ from .derive import derive, invariant_violations, sum_counters
 from .model import Counters, SeriesKey
 
 
-def engine_order(engine: str) -> tuple[int, int | str]:
-    """Numeric ranks in numeric order (2 before 10), anything else after."""
-    return (0, int(engine)) if engine.isdigit() else (1, engine)
+def engine_order(engine: str) -> tuple[int, int, str]:
+    """Numeric ranks in numeric order (2 before 10), any other string after.
+
+    Label values are arbitrary strings: only short ASCII digit strings are read as
+    numbers (str.isdigit() accepts '²', which int() refuses, and int() refuses
+    more than 4,300 digits).
+    """
+    if engine.isascii() and engine.isdigit() and len(engine) <= 18:
+        return (0, int(engine), "")
+    return (1, 0, engine)
 
 
 def summarize(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
@@ -73,6 +73,10 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app.cleanup_ctx.append(pollers_ctx)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], settings, mono))
+    # The usual process_* and python_* series, on the private registry.
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     app.router.add_get("/metrics", metrics_handler(app, registry))
     app.router.add_get("/", landing)
     app.router.add_get("/healthz", healthz)
@@ -153,6 +157,23 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _engine_table(mv, w) -> str:
+    """Per engine over the health window; a collapsed or lagging engine is marked, so one
+    dead data-parallel rank cannot hide behind its siblings."""
+    if w is None or not w.engines:
+        return ""
+    rows = []
+    for engine, ef in w.engines.items():
+        state = mv.engine_health.get(engine, "idle")
+        mark = " &#9888;" if state in ("collapsed", "degraded") else ""
+        rows.append(f"<tr class=health-{state}><td>{html.escape(engine)}</td><td>{ef.drafts:,.0f}</td>"
+                    f"<td>{_fmt(ef.mean_acceptance_length, '.3f')}</td>"
+                    f"<td>{'-' if ef.acceptance_rate is None else f'{100 * ef.acceptance_rate:.1f} %'}</td>"
+                    f"<td><b>{state}</b>{mark}</td></tr>")
+    return ("<table class=engines><tr><th>engine</th><th>drafts</th><th>acceptance length</th><th>acceptance</th>"
+            f"<th>health</th></tr>{''.join(rows)}</table>")
+
+
 async def landing(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     fresh = {v.name for v in fresh_views(request.app)}
@@ -180,9 +201,11 @@ async def landing(request: web.Request) -> web.Response:
             al = _fmt(st.mean_acceptance_length if st and st.num_drafts >= settings.min_drafts else None, ".3f")
             models.append(
                 f"<section><h3>{esc(mv.model_name)} <small>on {esc(v.name)}, k={mv.k}</small></h3>"
-                f"<p class=health-{mv.health}>health: <b>{mv.health}</b> (window {esc(settings.health_window)})</p>"
+                f"<p class=health-{mv.health}>health: <b>{mv.health}</b> (window {esc(settings.health_window)})"
+                f"{': ' + esc(mv.health_reason) if mv.health_reason else ''}</p>"
                 f"<p>mean acceptance length <b>{al}</b> against baseline {baseline}; "
-                f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}</section>"
+                f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}"
+                f"{_engine_table(mv, w)}</section>"
             )
     page = f"""<!doctype html>
 <html><head><meta charset=utf-8><title>vllm-specdec-exporter</title>

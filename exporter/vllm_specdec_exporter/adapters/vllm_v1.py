@@ -21,21 +21,36 @@ def _key(sample: Sample) -> SeriesKey:
     return (sample.labels.get(config.LABEL_MODEL, ""), sample.labels.get(config.LABEL_ENGINE, ""))
 
 
-def _valid(sample: Sample, warnings: list[str]) -> bool:
-    if math.isfinite(sample.value) and sample.value >= 0:
-        return True
-    warnings.append(f"{format_series(sample.name, sample.labels)} is {sample.value}, not a counter value; ignored")
+def _valid(sample: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
+    # Above MAX_COUNTER_VALUE a float counter no longer counts by one, and sums over
+    # engines could overflow to +Inf: no figure is derived from such a value.
+    if math.isfinite(sample.value) and 0 <= sample.value <= config.MAX_COUNTER_VALUE:
+        key = _key(sample)
+        if max(len(key[0]), len(key[1])) <= config.MAX_LABEL_VALUE_LENGTH:
+            return True
+        warnings.append(f"{_short(sample)} has a label value over {config.MAX_LABEL_VALUE_LENGTH} characters; ignored")
+        return False
+    warnings.append(f"{_short(sample)} is {sample.value:g}, not a counter value; ignored")
+    if impossible is not None:
+        impossible.append(warnings[-1])
     return False
 
 
-def _collect(samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, float]:
+def _short(sample: Sample) -> str:
+    """The series as on the wire, cut so that a hostile label cannot flood the log."""
+    text = format_series(sample.name, sample.labels)
+    return text if len(text) <= 300 else text[:300] + "...}"
+
+
+def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[str] | None = None,
+             ) -> dict[SeriesKey, float]:
     out: dict[SeriesKey, float] = {}
     for s in samples:
-        if not _valid(s, warnings):
+        if not _valid(s, warnings, impossible):
             continue
         key = _key(s)
         if key in out:  # same model/engine under extra labels: refuse to guess
-            warnings.append(f"{format_series(s.name, s.labels)} repeats ({series_name(key)}); first value kept")
+            warnings.append(f"{_short(s)} repeats ({series_name(key)}); first value kept")
             continue
         out[key] = s.value
     return out
@@ -53,20 +68,25 @@ class VllmV1Adapter:
         if not any(exp.samples.get(n) for n in self.spec_families):
             return None
         warnings: list[str] = []
-        totals = [_collect(exp.samples.get(n, ()), warnings) for n in _TOTALS]
-        generation = _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), warnings)
+        impossible: list[str] = []  # values no counter can hold: invariant violations
+        totals = [_collect(exp.samples.get(n, ()), warnings, impossible) for n in _TOTALS]
+        generation = _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), warnings, impossible)
 
         positions: dict[SeriesKey, dict[int, float]] = {}
         for s in exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS, ()):
             raw = s.labels.get(config.LABEL_POSITION, "")
-            if not raw.isdigit():
-                warnings.append(f"{format_series(s.name, s.labels)} has no integer position label; ignored")
+            # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+            if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
+                warnings.append(f"{_short(s)} has no integer position label; ignored")
                 continue
-            if not _valid(s, warnings):
+            if int(raw) >= config.MAX_K:
+                warnings.append(f"{_short(s)}: position {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
+                continue
+            if not _valid(s, warnings, impossible):
                 continue
             per_key = positions.setdefault(_key(s), {})
             if int(raw) in per_key:
-                warnings.append(f"{format_series(s.name, s.labels)} repeats a position; first value kept")
+                warnings.append(f"{_short(s)} repeats a position; first value kept")
                 continue
             per_key[int(raw)] = s.value
 
@@ -76,7 +96,7 @@ class VllmV1Adapter:
         positions_expected = bool(positions)
         engines: dict[SeriesKey, Counters] = {}
         keys = set().union(*totals, positions)
-        for key in sorted(keys):
+        for key in sorted(keys):  # label values are strings: any of them sorts
             missing = [n for n, values in zip(_TOTALS, totals) if key not in values]
             if missing:
                 warnings.append(f"{series_name(key)}: missing {', '.join(missing)}; engine left out")
@@ -101,6 +121,7 @@ class VllmV1Adapter:
             warnings=tuple(warnings) + tuple(exp.issue_messages()),
             malformed_lines=exp.malformed_lines,
             duplicate_series=exp.duplicate_series,
+            impossible_values=len(impossible),
         )
 
 
