@@ -400,12 +400,17 @@ def test_sidecar_exports_every_producer_under_the_same_names(before, after, prod
     approximate = "mean_acceptance_length,acceptance_rate" if producer == "sglang" else ""
     assert _one(m, "vllm_specdec_target_info", target="t", producer=producer, approximate=approximate) == 1
     assert _one(m, "vllm_specdec_mean_acceptance_length", model_name=model, window="1m") == pytest.approx(al, abs=1e-6)
-    assert _one(m, "vllm_specdec_acceptance_rate", model_name=model, window="1m") == pytest.approx(rate, abs=1e-6)
     # The normalised counters are the adapter's, per engine, whatever the producer called them.
     snap = extract(read(after))
     for (mdl, engine), c in snap.engines.items():
         assert _one(m, "vllm_specdec_drafts_total", model_name=mdl, engine=engine) == c.drafts
         assert _one(m, "vllm_specdec_accepted_tokens_total", model_name=mdl, engine=engine) == c.accepted
+        assert _one(m, "vllm_specdec_draft_tokens_total", model_name=mdl, engine=engine) == c.draft_tokens
+    # The acceptance over the interval, from the exported counters (as the sidecar rules compute it).
+    before_snap = extract(read(before))
+    accepted = sum(c.accepted for c in snap.engines.values()) - sum(c.accepted for c in before_snap.engines.values())
+    tokens = sum(c.draft_tokens for c in snap.engines.values()) - sum(c.draft_tokens for c in before_snap.engines.values())
+    assert accepted / tokens == pytest.approx(rate, abs=1e-6)
     assert f"<td>{producer}" in page
 
 
