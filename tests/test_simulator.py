@@ -107,3 +107,20 @@ def test_demo_stops_cleanly_on_ctrl_c():
     assert proc.returncode == 0, err
     assert (seen + out).rstrip().endswith(b"demo stopped: simulator and exporter shut down.")
     assert b"Traceback" not in err
+
+
+def test_report_marks_the_dead_rank(tmp_path):
+    """`diff` over the bad-engine scenario's break: the broken engine is marked in the
+    terminal's per-engine table, its healthy siblings are not."""
+    t = {"now": 0.0}
+    sim = Simulation(load_scenario("bad-engine"), clock=lambda: t["now"])
+    for at, name in ((70.0, "before.prom"), (130.0, "after.prom")):
+        t["now"] = at
+        sim.tick()
+        (tmp_path / name).write_bytes(sim.render())
+    proc = run_cli("diff", str(tmp_path / "before.prom"), str(tmp_path / "after.prom"))
+    assert proc.returncode == 0, proc.stderr
+    rows = {ln.split()[0]: ln for ln in proc.stdout.decode().splitlines() if ln.strip()[:1].isdigit() and "%" in ln
+            and len(ln.split()) >= 5 and "." in ln.split()[2]}
+    assert rows["5"].rstrip().endswith("<- collapsed"), rows
+    assert [e for e, ln in rows.items() if "<-" in ln] == ["5"], rows

@@ -67,9 +67,22 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
             pos = "".join(f"  {_pct(v):>7}" for v in e["per_position_acceptance"])
             lines.append(
                 f"  {engine:>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
-                f"  {_pct(e['acceptance_rate']):>10}{pos}"
+                f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(e, s)}"
             )
     return lines
+
+
+def _engine_mark(e: dict, total: dict) -> str:
+    """Mark the engine the sidecar's health would call collapsed or lagging (config.DETECTION),
+    so one dead data-parallel rank stands out of the table."""
+    al, model_al = e["mean_acceptance_length"], total["mean_acceptance_length"]
+    if al is None or model_al is None or e["num_drafts"] < config.DEFAULT_MIN_DRAFTS:
+        return ""
+    if al - 1 < config.DETECTION.collapse_margin:
+        return "  <- collapsed"
+    if al - 1 < config.DETECTION.engine_lag_fraction * (model_al - 1):
+        return "  <- lagging"
+    return ""
 
 
 def render_text(summary: dict, title: str) -> str:
