@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,41 @@ def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subp
     exe = cli_path()
     assert exe, "the vllm-specdec-exporter console script is not installed (pip install -e .)"
     return subprocess.run([exe, *args], input=stdin, capture_output=True, timeout=timeout)
+
+
+# --- The one Prometheus stack of the end-to-end tests ---
+# Its scenario takes about a minute of wall time (healthy, then a collapse that must
+# page), so it is started once, right after collection, and the tests that read it
+# run last: that minute passes while the rest of the suite runs.
+_E2E = "collapse_stack"
+_shared = ExitStack()
+_started: list = []
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(config, items):
+    e2e = [item for item in items if _E2E in getattr(item, "fixturenames", ())]
+    if not e2e or config.option.collectonly:
+        return
+    last = set(e2e)
+    items[:] = [item for item in items if item not in last] + e2e
+    if shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
+        from prom_harness import collapse_stack as start
+
+        try:
+            _started.append(_shared.enter_context(start()))
+        except Exception:
+            pass  # the fixture starts it again, inside a test, and reports why
+
+
+@pytest.fixture(scope="session")
+def collapse_stack():
+    if not _started:
+        from prom_harness import collapse_stack as start
+
+        _started.append(_shared.enter_context(start()))
+    return _started[0]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _shared.close()

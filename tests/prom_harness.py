@@ -1,12 +1,15 @@
 """A real Prometheus 2.42 on loopback scraping the real exporter and/or the simulator.
 
 Everything runs as real processes (the console script and Debian's prometheus),
-with temporary config and TSDB directories, and is stopped by PID afterwards.
+with temporary config and TSDB directories, listening on port 0 (the bound port is
+read back from the kernel), and is stopped by PID afterwards. ``collapse_stack``
+is the one stack the end-to-end tests share (conftest's ``collapse_stack`` fixture).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -21,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from conftest import cli_path, require
+from vllm_specdec_exporter import rules
 
 
 def collapse_scenario(at_seconds: int) -> str:
@@ -38,6 +42,17 @@ phases:
 """
 
 
+COLLAPSE_AT = 30  # scenario seconds at which the shared scenario's draft head breaks
+HEALTHY_AL = 1 + 0.924 + 0.687
+# Short windows and for: so the scenario takes a minute; the expressions keep their shape.
+E2E_OPTIONS = rules.Options(
+    ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
+    fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s"},
+    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
+)
+E2E_EXPORTER_CONFIG = {"windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}
+
+
 def tool(name: str) -> str:
     path = shutil.which(name)
     require(path is not None, f"{name} (make tools installs Debian's prometheus and prometheus-alertmanager)")
@@ -45,19 +60,42 @@ def tool(name: str) -> str:
 
 
 def free_port() -> int:
+    """Racy (another process may take the port before it is used): prefer port 0 and listening_port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def listening_port(proc: subprocess.Popen) -> int | None:
+    """The TCP port ``proc`` listens on, once it does (its sockets' inodes in /proc/net/tcp)."""
+    if proc.poll() is not None:
+        raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}")
+    inodes = set()
+    for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
+
+
 def wait_for(predicate, timeout: float, what: str, step: float = 0.5):
+    """Poll ``predicate`` until it is truthy (at least once, even past the deadline)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         value = predicate()
         if value:
             return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {max(timeout, 0):.0f}s waiting for {what}")
         time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def http_ok(url: str) -> bool:
@@ -69,8 +107,8 @@ def http_ok(url: str) -> bool:
 
 
 class Prom:
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
+    def __init__(self, address: str):  # host:port
+        self.base = f"http://{address}"
 
     def _get(self, path: str) -> dict:
         with urllib.request.urlopen(self.base + path, timeout=10) as resp:
@@ -78,15 +116,22 @@ class Prom:
         assert out["status"] == "success", out
         return out["data"]
 
-    def query(self, q: str) -> list[dict]:
-        return self._get(f"/api/v1/query?query={urllib.parse.quote(q)}")["result"]
+    def query(self, q: str, at: float | None = None) -> list[dict]:
+        when = f"&time={at}" if at is not None else ""
+        return self._get(f"/api/v1/query?query={urllib.parse.quote(q)}{when}")["result"]
 
     def query_range(self, q: str, start: float, end: float, step: float) -> list[dict]:
         return self._get(f"/api/v1/query_range?query={urllib.parse.quote(q)}&start={start}&end={end}&step={step}")["result"]
 
-    def value(self, q: str) -> float | None:
-        result = self.query(q)
+    def value(self, q: str, at: float | None = None) -> float | None:
+        result = self.query(q, at)
         return float(result[0]["value"][1]) if len(result) == 1 else None
+
+    def series(self, q: str, start: float, end: float) -> dict[float, float]:
+        """The one series ``q`` gives over [start, end], evaluated every second: {time: value}."""
+        result = self.query_range(q, start, end, 1)
+        assert len(result) == 1, (q, [r["metric"] for r in result])
+        return {float(t): float(v) for t, v in result[0]["values"]}
 
     def label_values(self, label: str, match: str) -> list[str]:
         return self._get(f"/api/v1/label/{label}/values?match[]={urllib.parse.quote(match)}")
@@ -106,50 +151,75 @@ def process(args: list[str], log: Path):
             proc.kill()
 
 
+def serve(es: ExitStack, args: list[str], log: Path) -> str:
+    """Start ``args`` (told to listen on 127.0.0.1:0) and return host:port once it listens."""
+    proc = es.enter_context(process(args, log))
+    port = wait_for(lambda: listening_port(proc), 30, f"{args[0]} to listen (log: {log})", step=0.1)
+    return f"127.0.0.1:{port}"
+
+
+def prometheus(es: ExitStack, tmp: Path, rules_text: str, targets: list[str]) -> Prom:
+    """A Prometheus in ``tmp`` with ``rules_text`` loaded, scraping ``targets``; 1 s scrape and evaluation."""
+    tmp.mkdir()
+    (tmp / "rules.yaml").write_text(rules_text)
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp / "rules.yaml")],
+        "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": targets}]}],
+    }))
+    prom = Prom(serve(es, [tool("prometheus"), f"--config.file={tmp / 'prometheus.yml'}",
+                           f"--storage.tsdb.path={tmp / 'tsdb'}", "--web.listen-address=127.0.0.1:0"],
+                      tmp / "prometheus.log"))
+    wait_for(lambda: http_ok(f"{prom.base}/-/ready"), 30, "Prometheus to be ready", step=0.2)
+    return prom
+
+
 @dataclass
 class Stack:
     prom: Prom
-    sim_started: float  # monotonic time the scenario clock started
+    started: float  # wall-clock (Prometheus's) time at which the scenario clock started
     simulator_url: str
     exporter_url: str | None
+    direct_prom: Prom | None = None  # the vllm-direct rules' own Prometheus, scraping vLLM alone
 
 
 @contextmanager
 def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simulator: bool = False,
-          exporter_config: dict | None = None):
-    """Simulator (+ exporter) + Prometheus with ``rules_text`` loaded, 1 s scrape and evaluation."""
-    prometheus = tool("prometheus")
+          exporter_config: dict | None = None, direct_rules_text: str | None = None):
+    """Simulator (+ exporter) + Prometheus with ``rules_text`` loaded. With ``direct_rules_text``, a
+    second Prometheus scrapes the simulator alone with those (vllm-direct) rules: the two rule
+    variants record the same names from different inputs, so they cannot share one."""
+    tool("prometheus")
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory()))
         (tmp / "scenario.yaml").write_text(scenario)
-        sim_port, exp_port, prom_port = free_port(), free_port(), free_port()
-        sim_started = time.monotonic()
-        es.enter_context(process([cli_path(), "simulate", "--scenario", str(tmp / "scenario.yaml"),
-                                  "--web.listen-address", f"127.0.0.1:{sim_port}"], tmp / "sim.log"))
-        sim = f"127.0.0.1:{sim_port}"
+        started = time.time()
+        sim = serve(es, [cli_path(), "simulate", "--scenario", str(tmp / "scenario.yaml"),
+                         "--web.listen-address", "127.0.0.1:0"], tmp / "sim.log")
         targets = []
         exporter_url = None
         if sidecar:
-            config = {"targets": [{"url": f"http://{sim}/metrics"}], "listen_address": f"127.0.0.1:{exp_port}",
+            config = {"targets": [{"url": f"http://{sim}/metrics"}], "listen_address": "127.0.0.1:0",
                       "poll": {"interval": "1s"}, **(exporter_config or {})}
             (tmp / "exporter.yaml").write_text(yaml.safe_dump(config))
-            es.enter_context(process([cli_path(), "serve", "--config.file", str(tmp / "exporter.yaml"),
-                                      "--log.format", "json"], tmp / "exporter.log"))
-            targets.append(f"127.0.0.1:{exp_port}")
-            exporter_url = f"http://127.0.0.1:{exp_port}"
+            exporter = serve(es, [cli_path(), "serve", "--config.file", str(tmp / "exporter.yaml"),
+                                  "--log.format", "json"], tmp / "exporter.log")
+            targets.append(exporter)
+            exporter_url = f"http://{exporter}"
         if scrape_simulator or not sidecar:
             targets.append(sim)
-        (tmp / "rules.yaml").write_text(rules_text)
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(tmp / "rules.yaml")],
-            "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": targets}]}],
-        }))
-        for t in targets:
-            wait_for(lambda t=t: http_ok(f"http://{t}/metrics"), 30, f"scrape target {t}")
-        es.enter_context(process([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
-                                  f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp / "prometheus.log"))
-        prom = Prom(prom_port)
-        wait_for(lambda: http_ok(f"{prom.base}/-/ready"), 30, "Prometheus to be ready")
-        yield Stack(prom, sim_started, f"http://{sim}", exporter_url)
+        prom = prometheus(es, tmp / "prometheus", rules_text, targets)
+        direct = prometheus(es, tmp / "direct", direct_rules_text, [sim]) if direct_rules_text is not None else None
+        yield Stack(prom, started, f"http://{sim}", exporter_url, direct)
+
+
+@contextmanager
+def collapse_stack():
+    """The stack every end-to-end test reads: 2 healthy engines whose draft head breaks at
+    COLLAPSE_AT s; the exporter (windows of 8s) and vLLM scraped by ``prom`` with the sidecar
+    rules, vLLM by ``direct_prom`` with the vllm-direct rules (both with E2E_OPTIONS). Tests
+    wait for the end state they need, then read the healthy phase back from history."""
+    with stack(collapse_scenario(COLLAPSE_AT), rules.dump(rules.rule_file("sidecar", E2E_OPTIONS), ""),
+               scrape_simulator=True, exporter_config=E2E_EXPORTER_CONFIG,
+               direct_rules_text=rules.dump(rules.rule_file("vllm-direct", E2E_OPTIONS), "")) as st:
+        yield st

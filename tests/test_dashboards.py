@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from conftest import REPO
-from prom_harness import collapse_scenario, stack, wait_for
+from prom_harness import COLLAPSE_AT, HEALTHY_AL, wait_for
 
 sys.path.insert(0, str(REPO / "dashboards"))
 import generate  # noqa: E402
@@ -115,41 +115,36 @@ def test_overview_reads_the_recording_rules_where_they_exist():
         "vllm:inter_token_latency_seconds_bucket"}
 
 
-SCENARIO = collapse_scenario(35)
-
-
 def panel_queries(uid: str) -> list[tuple[str, str]]:
     return [(p["title"], render_preview.substitute(t["expr"])) for p in all_panels(load(uid)) for t in p["targets"]]
 
 
-def empty_panels(prom, uid: str) -> list[str]:
-    return [f"{title}: {expr}" for title, expr in panel_queries(uid) if not prom.query(expr)]
+def empty_panels(prom, uid: str, at: float | None = None) -> list[str]:
+    return [f"{title}: {expr}" for title, expr in panel_queries(uid) if not prom.query(expr, at)]
 
 
-def test_every_panel_query_answers_from_a_real_prometheus(tmp_path):
-    rules_text = (REPO / "alerts" / "rules.yaml").read_text()
-    exporter_config = {"windows": ["20s", "1m"], "health": {"window": "20s"}, "min_drafts": 10}
-    with stack(SCENARIO, rules_text, scrape_simulator=True, exporter_config=exporter_config) as st:
-        prom = st.prom
-        wait_for(lambda: not empty_panels(prom, "vllm-specdec-overview"), 40, "every overview panel to have data")
-        healthy_at = time.monotonic() - st.sim_started
-        assert healthy_at < 35, "the healthy phase must be checked before the collapse"
-        assert empty_panels(prom, "vllm-specdec-exporter") == []
-        al = prom.value('namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m')
-        assert al == pytest.approx(1 + 0.924 + 0.687, rel=0.02)
-        for var, label, match in (("model_name", "model_name", "namespace_model_name:vllm_specdec_drafts:rate5m"),
-                                  ("engine", "engine", "namespace_pod_model_name_engine:vllm_specdec_drafts:rate5m"),
-                                  ("target", "target", "vllm_specdec_up")):
-            assert prom.label_values(label, match), var
-        # The collapsed scenario: the same panels still answer, and show the collapse.
-        wait_for(lambda: (prom.value('vllm_specdec_health{vllm_specdec_health="collapsed"}') or 0) == 1, 60,
-                 "the exporter's health to read collapsed")
-        wait_for(lambda: (prom.value('namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m')
-                          or 9) < 1.9, 30, "the 5m recording rule to fall")
-        assert empty_panels(prom, "vllm-specdec-overview") == []
-        assert empty_panels(prom, "vllm-specdec-exporter") == []
-        # The README's preview is made by this script from the same kind of data.
-        out = tmp_path / "preview.png"
-        end = time.time()
-        render_preview.render(prom.base, end - 90, end, out, step=2)
-        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+def test_every_panel_query_answers_from_a_real_prometheus(collapse_stack, tmp_path):
+    st = collapse_stack
+    prom = st.prom
+    al_rule = "namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+    # The collapsed scenario (waited for first; the healthy phase is read back from history).
+    deadline = st.started + COLLAPSE_AT + 60
+    wait_for(lambda: (prom.value('vllm_specdec_health{vllm_specdec_health="collapsed"}') or 0) == 1, deadline - time.time(),
+             "the exporter's health to read collapsed")
+    wait_for(lambda: (prom.value(al_rule) or 9) < 1.9, deadline - time.time(), "the 5m recording rule to fall")
+    # Healthy (2 s before the collapse): every panel answers, with the healthy figures.
+    healthy_at = st.started + COLLAPSE_AT - 2
+    assert empty_panels(prom, "vllm-specdec-overview", healthy_at) == []
+    assert empty_panels(prom, "vllm-specdec-exporter", healthy_at) == []
+    assert prom.value(al_rule, healthy_at) == pytest.approx(HEALTHY_AL, rel=0.02)
+    for var, label, match in (("model_name", "model_name", "namespace_model_name:vllm_specdec_drafts:rate5m"),
+                              ("engine", "engine", "namespace_pod_model_name_engine:vllm_specdec_drafts:rate5m"),
+                              ("target", "target", "vllm_specdec_up")):
+        assert prom.label_values(label, match), var
+    # Collapsed: the same panels still answer, and show the collapse.
+    assert empty_panels(prom, "vllm-specdec-overview") == []
+    assert empty_panels(prom, "vllm-specdec-exporter") == []
+    # The README's preview is made by this script from the same kind of data.
+    out = tmp_path / "preview.png"
+    render_preview.render(prom.base, st.started, time.time(), out, step=2)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000

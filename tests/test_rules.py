@@ -13,7 +13,7 @@ import yaml
 
 import promtool_cases
 from conftest import REPO
-from prom_harness import Prom, collapse_scenario, stack, tool, wait_for
+from prom_harness import COLLAPSE_AT, HEALTHY_AL, Stack, tool, wait_for
 from vllm_specdec_exporter import config, rules
 from vllm_specdec_exporter.health import judge, match_profile
 from vllm_specdec_exporter.model import Counters
@@ -147,63 +147,50 @@ def test_alertmanager_example_is_valid():
 
 
 # --- End to end: a real Prometheus, the real exporter, the simulator ---
-
-SCENARIO = collapse_scenario(30)
-HEALTHY_AL = 1 + 0.924 + 0.687
-# Short windows and for: so the test takes a minute; the expressions keep their shape.
-E2E_OPTIONS = rules.Options(
-    ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
-    fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s"},
-    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
-)
-
+# One stack for all of them (prom_harness.collapse_stack): each test waits for the end
+# state it needs, then checks the healthy phase and the collapse in Prometheus's history.
 
 AL_RULE = "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+COLLAPSED = "VLLMSpecDecodeAcceptanceCollapsed"
 
 
-def our_alerts(prom: Prom) -> list[tuple[str, str]]:
-    return sorted((r["metric"]["alertname"], r["metric"]["alertstate"])
-                  for r in prom.query('ALERTS{alertname=~"VLLMSpecDecode.*"}'))
-
-
-def run_collapse(direct: bool) -> None:
-    variant = "vllm-direct" if direct else "sidecar"
-    exporter_config = {"windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}
-    with stack(SCENARIO, rules.dump(rules.rule_file(variant, E2E_OPTIONS), ""), sidecar=not direct,
-               exporter_config=exporter_config) as st:
-        check_collapse(st.prom, st.sim_started, direct)
-
-
-def check_collapse(prom: Prom, started: float, direct: bool) -> None:
-    # Healthy phase (scenario time < 30 s): rules agree with the exporter's own
-    # window gauges; nothing pending.
-    wait_for(lambda: prom.value(AL_RULE), 25, "the recording rules to produce data")
-    checks = 0
-    while time.monotonic() - started < 26:
-        al = prom.value(AL_RULE)
-        assert al == pytest.approx(HEALTHY_AL, rel=0.02), al
-        if not direct:
-            gauge = prom.value('vllm_specdec_mean_acceptance_length{window="8s"}')
-            assert gauge is not None and al == pytest.approx(gauge, rel=0.02), (al, gauge)
-            rate = prom.value("namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m")
-            assert rate == pytest.approx(prom.value('vllm_specdec_acceptance_ratio{window="8s"}'), rel=0.02)
-            pos = prom.value('namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{position="1"}')
-            assert pos == pytest.approx(0.687, rel=0.02)
-        assert our_alerts(prom) == [], our_alerts(prom)
-        checks += 1
-        time.sleep(1)
-    assert checks >= 3
-    # The collapse at 30s: pending, then firing.
-    wait_for(lambda: ("VLLMSpecDecodeAcceptanceCollapsed", "pending") in our_alerts(prom), 40, "Collapsed pending")
-    wait_for(lambda: ("VLLMSpecDecodeAcceptanceCollapsed", "firing") in our_alerts(prom), 20, "Collapsed firing")
-    firing = prom.query('ALERTS{alertname="VLLMSpecDecodeAcceptanceCollapsed",alertstate="firing"}')[0]["metric"]
-    assert firing["severity"] == "critical" and firing["model_name"] == "deepseek-ai/DeepSeek-V4-Pro"
+def check_collapse(st: Stack, direct: bool) -> None:
+    prom = st.direct_prom if direct else st.prom
+    firing = f'ALERTS{{alertname="{COLLAPSED}",alertstate="firing"}}'
+    wait_for(lambda: prom.query(firing), st.started + COLLAPSE_AT + 60 - time.time(), f"{COLLAPSED} to fire")
+    # Healthy phase (from the rules' first data to scenario time COLLAPSE_AT - 4 s, every
+    # second): rules agree with the exporter's own window gauges; nothing pending.
+    end = st.started + COLLAPSE_AT - 4
+    al = prom.series(AL_RULE, st.started, end)
+    assert len(al) >= 3 and all(v == pytest.approx(HEALTHY_AL, rel=0.02) for v in al.values()), al
+    start = min(al)
+    if not direct:
+        for rule, gauge in ((AL_RULE, 'vllm_specdec_mean_acceptance_length{window="8s"}'),
+                            ("namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m",
+                             'vllm_specdec_acceptance_ratio{window="8s"}')):
+            by_rule, by_gauge = prom.series(rule, start, end), prom.series(gauge, start, end)
+            both = sorted(by_rule.keys() & by_gauge.keys())
+            assert len(both) >= 3, (rule, gauge)
+            for t in both:
+                assert by_rule[t] == pytest.approx(by_gauge[t], rel=0.02), (rule, t, by_rule[t], by_gauge[t])
+        pos = prom.series('namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{position="1"}',
+                          start, end)
+        assert pos and all(v == pytest.approx(0.687, rel=0.02) for v in pos.values()), pos
+    healthy_alerts = prom.query_range('ALERTS{alertname=~"VLLMSpecDecode.*"}', start, end, 1)
+    assert healthy_alerts == [], [a["metric"] for a in healthy_alerts]
+    # The collapse at COLLAPSE_AT: pending, then firing.
+    after = st.started + COLLAPSE_AT
+    states = {state: prom.series(f'ALERTS{{alertname="{COLLAPSED}",alertstate="{state}"}}', after, time.time() + 1)
+              for state in ("pending", "firing")}
+    assert min(states["pending"]) < min(states["firing"]), states
+    labels = prom.query(firing)[0]["metric"]
+    assert labels["severity"] == "critical" and labels["model_name"] == "deepseek-ai/DeepSeek-V4-Pro"
     assert prom.value(AL_RULE) < 1.1
 
 
-def test_e2e_sidecar_rules_on_a_real_prometheus():
-    run_collapse(direct=False)
+def test_e2e_sidecar_rules_on_a_real_prometheus(collapse_stack):
+    check_collapse(collapse_stack, direct=False)
 
 
-def test_e2e_direct_rules_on_a_real_prometheus():
-    run_collapse(direct=True)
+def test_e2e_direct_rules_on_a_real_prometheus(collapse_stack):
+    check_collapse(collapse_stack, direct=True)
