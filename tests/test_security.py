@@ -136,9 +136,10 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
             base = f"http://127.0.0.1:{port}"
             wait_for(lambda: get_ok(f"{base}/healthz", None) and
                      'vllm_specdec_up{target="secure"} 1.0' in get(f"{base}/metrics")[1], 30, "an authorised poll")
-            time.sleep(1.5)
+            refused = 'vllm_specdec_exporter_polls_total{result="http_error",target="no-token"}'
+            wait_for(lambda: refused in get(f"{base}/metrics")[1], 10, "the unauthorised poll to be counted", step=0.1)
             metrics = get(f"{base}/metrics")[1]
-            assert 'vllm_specdec_exporter_polls_total{result="http_error",target="no-token"}' in metrics
+            assert refused in metrics
             page = get(f"{base}/")[1]
             summary = get(f"{base}/api/v1/summary?window=1m")[1]
         finally:

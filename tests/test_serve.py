@@ -85,15 +85,14 @@ def test_sigterm_exits_cleanly_with_no_leaked_tasks():
     try:
         deadline = time.monotonic() + 20
         lines = []
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(json.loads(line))
-            if lines[-1]["event"] == "listening":
-                break
-        assert any(r["event"] == "listening" for r in lines), lines
-        time.sleep(1.5)  # let a poll or two fail and back off
+        # SIGTERM once it listens and a poll has failed (the poller is backing off)
+        for event in ("listening", "target_poll_failed"):
+            while time.monotonic() < deadline and not any(r["event"] == event for r in lines):
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                lines.append(json.loads(line))
+            assert any(r["event"] == event for r in lines), lines
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=15)
     finally:
