@@ -203,7 +203,10 @@ def test_image_tag_and_app_version_agree():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     from vllm_specdec_exporter import __version__
 
-    assert chart["appVersion"] == values["image"]["tag"] == __version__
+    assert chart["appVersion"] == __version__
+    assert values["image"]["tag"] == ""  # empty: the appVersion, never a copy that drifts
+    (deploy,) = by_kind(render("-f", str(CHART / "ci" / "standalone-values.yaml")), "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":{__version__}")
     assert values["port"] == int(cfg.DEFAULT_LISTEN_ADDRESS.lstrip(":"))
 
 

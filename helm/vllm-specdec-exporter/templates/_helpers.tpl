@@ -1,7 +1,7 @@
 {{/*
-Names and labels. They use only .Values and .Release (never .Chart), so a parent
-chart can include the container and volume templates with
-(dict "Values" .Values.<this chart's key> "Release" .Release).
+Names and labels. A parent chart includes the container and volume templates with
+this chart's own scope, (index .Subcharts "vllm-specdec-exporter"), so that they see
+its values, defaults and appVersion.
 */}}
 {{- define "vllm-specdec-exporter.name" -}}
 {{- default "vllm-specdec-exporter" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -25,9 +25,14 @@ app.kubernetes.io/name: {{ include "vllm-specdec-exporter.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- define "vllm-specdec-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "vllm-specdec-exporter.labels" -}}
+helm.sh/chart: {{ include "vllm-specdec-exporter.chart" . }}
 {{ include "vllm-specdec-exporter.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: vllm-specdec-exporter
 app.kubernetes.io/component: {{ .Values.mode }}
@@ -45,18 +50,99 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* image.tag, or the chart's appVersion when it is empty. */}}
+{{- define "vllm-specdec-exporter.image" -}}
+{{- $tag := .Values.image.tag -}}
+{{- if not $tag -}}
+{{- if not .Chart -}}
+{{- fail "image.tag: empty means this chart's appVersion, which this include cannot see: include the container with (index .Subcharts \"vllm-specdec-exporter\"), or set image.tag" -}}
+{{- end -}}
+{{- $tag = .Chart.AppVersion -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
+{{/* The web config (TLS, basic auth) is mounted here, from webConfig.secretName. */}}
+{{- define "vllm-specdec-exporter.webConfigDir" -}}
+/etc/vllm-specdec-exporter/web
+{{- end -}}
+
+{{/* The exporter serves HTTPS: a web config from a Secret that holds tls_server_config. */}}
+{{- define "vllm-specdec-exporter.https" -}}
+{{- if and .Values.webConfig.secretName .Values.webConfig.tls -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The exporter's endpoint of a PodMonitor / ServiceMonitor, after its port:
+(dict "root" . "monitor" .Values.podMonitor).
+scheme defaults to https when the exporter serves TLS.
+*/}}
+{{- define "vllm-specdec-exporter.monitorEndpoint" -}}
+{{- $m := .monitor -}}
+path: /metrics
+{{- $scheme := $m.scheme | default (ternary "https" "" (eq (include "vllm-specdec-exporter.https" .root) "true")) }}
+{{- with $scheme }}
+scheme: {{ . }}
+{{- end }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "vllm-specdec-exporter.monitorTiming" $m }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* interval, scrapeTimeout and relabelings: shared by every endpoint of a monitor. */}}
+{{- define "vllm-specdec-exporter.monitorTiming" -}}
+{{- with .interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* jobLabel and sampleLimit, at the monitor's spec level. */}}
+{{- define "vllm-specdec-exporter.monitorSpec" -}}
+{{- with .jobLabel }}
+jobLabel: {{ . }}
+{{- end }}
+{{- with .sampleLimit }}
+sampleLimit: {{ . }}
+{{- end }}
+{{- end -}}
+
 {{/*
 The exporter container. Include it in the vLLM pod's containers:
-  {{- include "vllm-specdec-exporter.container" (dict "Values" (index .Values "vllm-specdec-exporter") "Release" .Release) | nindent 8 }}
+  {{- include "vllm-specdec-exporter.container" (index .Subcharts "vllm-specdec-exporter") | nindent 8 }}
 */}}
 {{- define "vllm-specdec-exporter.container" -}}
 - name: vllm-specdec-exporter
-  image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+  image: {{ include "vllm-specdec-exporter.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   args:
     - serve
     - --config.file=/etc/vllm-specdec-exporter/config.yaml
     - --web.listen-address=:{{ .Values.port }}
+    {{- if .Values.webConfig.secretName }}
+    - --web.config.file={{ include "vllm-specdec-exporter.webConfigDir" . }}/{{ .Values.webConfig.key }}
+    {{- end }}
+    {{- with .Values.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   env:
     - name: PYTHONDONTWRITEBYTECODE
       value: "1"
@@ -68,11 +154,17 @@ The exporter container. Include it in the vLLM pod's containers:
     httpGet:
       path: /healthz
       port: {{ .Values.portName }}
+      {{- if include "vllm-specdec-exporter.https" . }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml .Values.livenessProbe | nindent 4 }}
   readinessProbe:
     httpGet:
       path: /readyz
       port: {{ .Values.portName }}
+      {{- if include "vllm-specdec-exporter.https" . }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml .Values.readinessProbe | nindent 4 }}
   resources:
     {{- toYaml .Values.resources | nindent 4 }}
@@ -87,6 +179,16 @@ The exporter container. Include it in the vLLM pod's containers:
       mountPath: /etc/vllm-specdec-exporter/token
       readOnly: true
     {{- end }}
+    {{- if .Values.webConfig.secretName }}
+    # The whole Secret as a directory (no subPath), so that a rotated certificate
+    # or password reaches the exporter, which re-reads its web config.
+    - name: vllm-specdec-exporter-web
+      mountPath: {{ include "vllm-specdec-exporter.webConfigDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end -}}
 
 {{/* The volumes the container needs: add them to the vLLM pod's volumes. */}}
@@ -98,5 +200,13 @@ The exporter container. Include it in the vLLM pod's containers:
 - name: vllm-specdec-exporter-token
   secret:
     secretName: {{ .Values.bearerTokenSecret.name }}
+{{- end }}
+{{- if .Values.webConfig.secretName }}
+- name: vllm-specdec-exporter-web
+  secret:
+    secretName: {{ .Values.webConfig.secretName }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
