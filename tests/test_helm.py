@@ -160,6 +160,32 @@ def test_alert_overrides_disable_threshold_for_and_runbook(tmp_path):
     assert subprocess.run([tool("promtool"), "check", "rules", str(tmp_path / "spec.yaml")]).returncode == 0
 
 
+def test_served_name_aliases_reach_the_vllm_direct_baselines(tmp_path):
+    """config.baselines.aliases maps a served name to a model: the exporter reads it, and the
+    vllm-direct PrometheusRule's baseline rules match the served name with the model's profiles."""
+    spec = rule_spec("--set", "prometheusRule.variant=vllm-direct", "--set-json",
+                     'config.baselines.aliases={"DSV4-W4A16-FP8-MTP":"deepseek-ai/DeepSeek-V4-Pro"}')
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    import promtool_cases as pc
+
+    pc.VARIANT["v"] = "vllm-direct"
+    series = pc.deployment("vllm-direct", "served", "DSV4-W4A16-FP8-MTP", [(pc.mix(1000, [150, 40, 10]), 60)])
+    series += pc.deployment("vllm-direct", "other", "my-own-model", [(pc.mix(1000, [150, 40, 10]), 60)])
+    rule = "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [{"expr": rule, "eval_time": "30m", "exp_samples": [{
+            "labels": f'{rule}{{namespace="llm",pod="served",model_name="DSV4-W4A16-FP8-MTP",'
+                      f'profile="deepseek-v4-pro-mtp-k3"}}', "value": 2.49}]}],
+        "alert_rule_test": [{"eval_time": "40m", "alertname": "VLLMSpecDecodeAcceptanceBelowBaseline", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "namespace": "llm", "pod": "served",
+                            "model_name": "DSV4-W4A16-FP8-MTP"},
+             "exp_annotations": pc.below_baseline("served", "DSV4-W4A16-FP8-MTP", "1.200")["exp_annotations"]}]}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(suite))
+    proc = subprocess.run([tool("promtool"), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_dashboard_configmaps_hold_the_committed_dashboards():
     docs = render("--set", "grafanaDashboards.enabled=true", "--set", "grafanaDashboards.folder=LLM serving")
     maps = [d for d in by_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]

@@ -85,6 +85,7 @@ class Options:
     unreachable_range: str = ""  # default: TARGET_UNREACHABLE_AFTER minus TargetDown's for
     profiles: tuple = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
     aliases: tuple = ()  # (served name, model name the profiles match) for the vllm-direct variant
+    alias_placeholders: bool = False  # the Helm chart's copy: its template adds the aliases from values
 
 
 DEFAULT_FORS = {
@@ -133,13 +134,17 @@ def _sel(o: Options, extra: str = "") -> str:
     return f"{{{inner}}}" if inner else ""
 
 
-def _model_regex(profile, aliases) -> str:
+def _model_regex(profile, o: Options, index: int) -> str:
     """A profile's Python regex (re.search) as an anchored RE2 for =~, plus the served
     names that are aliases of a model it matches."""
     pattern = profile.model.pattern
     body = f"(?i:.*{pattern[4:]}.*)" if pattern.startswith("(?i)") else f".*(?:{pattern}).*"
-    served = [re.escape(s) for s, model in aliases if profile.model.search(model)]
-    return "|".join([body, *served])
+    served = [re.escape(s) for s, model in o.aliases if profile.model.search(model)]
+    return "|".join([body, *served]) + (alias_placeholder(index) if o.alias_placeholders else "")
+
+
+def alias_placeholder(index: int) -> str:
+    return f"__ALIASES_{index}__"
 
 
 def baseline_expr(src: Source, o: Options, by_labels) -> str:
@@ -148,8 +153,8 @@ def baseline_expr(src: Source, o: Options, by_labels) -> str:
     # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
     k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
     profiles = o.profiles or tuple(default_profiles())
-    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{model_name=~`{_model_regex(p, o.aliases)}`}} '
-               f'== {p.k}), "profile", "{p.name}", "", "")' for p in profiles]
+    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{model_name=~`{_model_regex(p, o, i)}`}} '
+               f'== {p.k}), "profile", "{p.name}", "", "")' for i, p in enumerate(profiles)]
     return f"\n  or on({by(by_labels)}) ".join(clauses)
 
 
@@ -395,12 +400,16 @@ def render_chart_files() -> dict[str, str]:
     """files/ of the Helm chart: both rule variants with placeholders, and the defaults they stand for."""
     o = default_options()
     chart = replace(o, thresholds={k: placeholder(k) for k in THRESHOLD_KEYS}, runbook_base=RUNBOOK_PLACEHOLDER,
-                    dashboard_url="")
+                    dashboard_url="", alias_placeholders=True)
     header = HEADER + "# Helm chart copy: the __NAME__ placeholders are filled by templates/prometheusrule.yaml.\n"
     out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
     defaults = {"runbookBase": o.runbook_base,
                 "thresholds": {k: float(v) for k, v in o.thresholds.items()},
-                "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS]}
+                "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS],
+                # config.baselines.aliases: the template adds "|<served name>" where a profile's
+                # regex matches the model a served name stands for (vllm-direct baseline rules).
+                "profiles": [{"placeholder": alias_placeholder(i), "model": p.model.pattern}
+                             for i, p in enumerate(default_profiles())]}
     out["rule-defaults.yaml"] = dump(defaults, HEADER)
     return out
 
