@@ -172,3 +172,54 @@ def timed_get(url: str, timeout: float = 5, **kw) -> float:
     status = get(url, timeout=timeout, **kw)[0]
     assert status == 200, status
     return time.perf_counter() - started
+
+
+class Upstream:
+    """A real aiohttp server on ``host`` (any 127/8 address) in a background thread:
+    ``handler(request) -> web.Response`` (may be async) for every path; records the
+    requests it saw."""
+
+    def __init__(self, handler, host: str = "127.0.0.1"):
+        import asyncio
+        import threading
+        self.handler, self.host = handler, host
+        self.seen: list[tuple[str, dict]] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    async def _handle(self, request):
+        import inspect
+        self.seen.append((request.path_qs, dict(request.headers)))
+        out = self.handler(request)
+        return await out if inspect.isawaitable(out) else out
+
+    def _run(self) -> None:
+        import asyncio
+
+        from aiohttp import web
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, self.host, 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+        self._loop.close()
+
+    def url(self, path: str = "/metrics", userinfo: str = "") -> str:
+        return f"http://{userinfo + '@' if userinfo else ''}{self.host}:{self.port}{path}"
+
+    def __enter__(self) -> Upstream:
+        self._thread.start()
+        assert self._ready.wait(10), "upstream did not start"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

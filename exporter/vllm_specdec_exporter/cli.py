@@ -14,7 +14,7 @@ from .derive import delta_engines
 from .model import Snapshot
 from .parser import ParseError
 from .render import render_text
-from .sources import SourceError, read_source, redact_url
+from .sources import SourceError, credentials, read_source, redact_url, scrub
 from .summary import summarize
 
 PROG = "vllm-specdec-exporter"
@@ -105,7 +105,7 @@ def _load(source: str, args: argparse.Namespace) -> Snapshot:
         return extract(data, args.max_bytes, args.producer)
     except ParseError as e:
         name = "stdin" if source == "-" else redact_url(source)
-        raise ParseError(f"{name}: {e}") from None
+        raise ParseError(scrub(f"{name}: {e}", credentials(source))) from None  # the payload may echo them
 
 
 def _report(args: argparse.Namespace) -> tuple[dict, str]:

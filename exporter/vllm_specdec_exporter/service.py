@@ -28,7 +28,7 @@ from .history import TargetHistory
 from .model import Counters, SeriesKey, Snapshot
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import BaselineProfile, Settings, Target
-from .sources import SourceError, fetch_metrics, redact_url
+from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub
 from .summary import engine_order
 
 log = structlog.get_logger("vllm_specdec_exporter")
@@ -153,6 +153,7 @@ class TargetPoller:
         self._polls = {r: 0 for r in POLL_RESULTS}
         self._buckets = [0] * len(POLL_DURATION_BUCKETS)
         self._seen_warnings: set[str] = set()
+        self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
@@ -165,6 +166,7 @@ class TargetPoller:
                 token = f.read().strip()
         except OSError as e:
             raise SourceError(f"cannot read bearer_token_file: {e.strerror}", "error") from None
+        self._secrets = credentials(self.target.url, token)
         return {"Authorization": f"Bearer {token}"}
 
     def _read(self, body: bytes) -> _Read:
@@ -202,6 +204,7 @@ class TargetPoller:
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
             result, error = "error", self._log_exception(e)
         duration = self.mono() - started
+        error = scrub(error, self._secrets)  # a target may echo its credentials back
         try:
             self._record(result, error, duration, read, generation)
         except Exception as e:  # e.g. in the history or the views: this poll failed, not the poller
@@ -288,6 +291,7 @@ class TargetPoller:
 
     def _warn_once(self, message: str) -> None:
         # Upstream problems are logged when first seen, not on every poll.
+        message = scrub(message, self._secrets)
         if message not in self._seen_warnings and len(self._seen_warnings) < 1000:
             self._seen_warnings.add(message)
             log.warning("target_warning", target=self.target.name, warning=message[:1000])

@@ -18,6 +18,7 @@ import yaml
 
 from . import config
 from .adapters import PRODUCERS
+from .sources import redact_url
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -141,9 +142,14 @@ def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping:
 def _url(key: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ConfigError(key, f"{value!r} is not a URL")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(key, f"{value!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)")
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # e.g. http://[::1/ or a port over 65535
+        ok = False
+    if not ok:  # redacted: the URL may carry a password
+        raise ConfigError(key, f"{redact_url(value)!r} is not an http(s) URL with a host (e.g. "
+                               "http://127.0.0.1:8000/metrics)")
     return value
 
 

@@ -7,9 +7,11 @@ the body while streaming, so an endless response cannot exhaust memory.
 from __future__ import annotations
 
 import asyncio
+import base64
 import sys
+from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -46,6 +48,32 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
+def credentials(url: str, token: str | None = None) -> tuple[str, ...]:
+    """Every form in which a target's credentials could come back in its own answer
+    (an echoed header, a quoted first line): the URL's password, raw and decoded, the
+    Basic header built from it, and the bearer token."""
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        user = password = None
+    found = [token] if token else []
+    if password:
+        pair = f"{unquote(user or '')}:{unquote(password)}".encode()
+        found += [password, unquote(password), base64.b64encode(pair).decode()]
+    return tuple(s for s in found if len(s) >= 4)
+
+
+def scrub(text: str | None, secrets: tuple[str, ...]) -> str | None:
+    """``text`` with every secret replaced: target-supplied text shown anywhere goes
+    through this. Also a secret's first 8+ characters: a quoted line may be cut short."""
+    for secret in secrets:
+        for end in range(len(secret), 7, -1):
+            if text and secret[:end] in text:
+                text = text.replace(secret[:end], "<redacted>")
+    return text
+
+
 def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
@@ -73,7 +101,9 @@ async def fetch_metrics(
                 raise SourceError(f"{shown} answered HTTP {resp.status} (a redirect; redirects are not followed: "
                                   "configure the final URL)", "http_error")
             if resp.status != 200:
-                raise SourceError(f"{shown} answered HTTP {resp.status} {resp.reason or ''}".rstrip(), "http_error")
+                # The standard phrase, not the target's: its reason text could be anything.
+                phrase = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ else ""
+                raise SourceError(f"{shown} answered HTTP {resp.status} {phrase}".rstrip(), "http_error")
             if resp.content_length is not None and resp.content_length > max_bytes:
                 raise PayloadTooLarge(resp.content_length, max_bytes, shown)
             body = bytearray()

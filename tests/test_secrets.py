@@ -1,0 +1,171 @@
+"""What the exporter shows is its own: redirects are never followed (another host's text
+never reaches the landing page, the summary or the logs), and no secret -- a target
+URL's password, a bearer token, a basic-auth password, the TLS private key -- ever
+appears on any output surface (logs, /metrics, landing page, /api/v1/summary, CLI
+errors), whatever the targets answer. Real exporter, real hostile upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import string
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from conftest import run_cli
+from prom_harness import wait_for
+from security_harness import Upstream, bcrypt_hash, get, make_pki, start_exporter, tls_client, write_web_config
+from seed_records import render_dump
+
+METADATA = "ami-id: i-0METADATA7731"  # what a cloud metadata endpoint would say
+METRICS = render_dump({"drafts": 1000, "draft_tokens": 2000, "accepted": 1500, "per_pos": [900, 600]})
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_redirects_are_not_followed_and_other_hosts_never_show(tmp_path):
+    """A target redirects to a stand-in metadata endpoint on another loopback address
+    (and one to its own host): neither is followed, the poll counts as http_error with
+    a message saying so, and the other host's text is nowhere."""
+    metadata = Upstream(lambda r: web.Response(status=500, reason=METADATA, text=METADATA), host="127.0.0.2")
+    with metadata:
+        def redirect(request):
+            if request.path == "/same-host":
+                raise web.HTTPTemporaryRedirect("/metrics")
+            if request.path == "/metrics":
+                return web.Response(text=METRICS.decode())
+            raise web.HTTPFound(metadata.url("/latest/meta-data/"))
+        with Upstream(redirect) as target:
+            config = tmp_path / "c.yaml"
+            config.write_text(yaml.safe_dump({
+                "targets": [{"name": "away", "url": target.url("/away")},
+                            {"name": "same", "url": target.url("/same-host")}],
+                "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
+            server, port = start_exporter("--config.file", str(config))
+            base = f"http://127.0.0.1:{port}"
+            try:
+                wait_for(lambda: 'result="http_error",target="away"} 2' in get(f"{base}/metrics")[1]
+                         and 'result="http_error",target="same"} 2' in get(f"{base}/metrics")[1], 30, "two polls each")
+                surfaces = {"metrics": get(f"{base}/metrics")[1], "landing": get(f"{base}/")[1],
+                            "summary": get(f"{base}/api/v1/summary?window=1m")[1]}
+            finally:
+                surfaces["logs"] = server.stop()
+            cli = run_cli("report", target.url("/away"), "--timeout", "5s")
+    assert cli.returncode == 2 and "redirect" in cli.stderr.decode()
+    surfaces["cli"] = cli.stderr.decode() + cli.stdout.decode()
+    assert metadata.seen == []  # never even asked
+    for name, text in surfaces.items():
+        assert "0METADATA7731" not in text, name
+    assert "redirects are not followed" in surfaces["landing"]
+
+
+# --- every secret, every surface -----------------------------------------------------
+
+# Characters a password may carry in a URL's userinfo without percent-encoding.
+# At least 8 different characters, and a marker in front: a secret that could turn up
+# by chance ("0000000000" in a timestamp, or the "--config.file" Hypothesis likes to
+# try) would prove nothing.
+SECRET = st.text(alphabet=string.ascii_letters + string.digits + "-._~!$&'()*+,;=", min_size=12,
+                 max_size=40).filter(lambda s: len(set(s[:8])) >= 7).map(lambda s: "Zq" + s)
+
+
+def _echo(request: web.Request) -> str:
+    return f"{request.headers.get('Authorization', '')} {request.url}"
+
+
+async def _slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(5)
+    return web.Response(text=METRICS.decode())
+
+
+def _upstream_handler(request: web.Request):
+    """A hostile or broken 'vLLM': echoes the credentials it got back in every form it can."""
+    kind = request.path.strip("/")
+    if kind == "echo-401":
+        return web.Response(status=401, reason="denied " + _echo(request)[:200], text=_echo(request))
+    if kind == "echo-text":
+        return web.Response(text=_echo(request) + "\n")
+    if kind == "echo-junk":  # not Prometheus text: its first line is quoted in the error
+        return web.Response(text="= " + _echo(request) + "\n")
+    if kind == "echo-html":
+        return web.Response(text=f"<html>{_echo(request)}</html>", content_type="text/html")
+    if kind == "slow":
+        return _slow(request)
+    if kind == "ok":
+        return web.Response(text=METRICS.decode())
+    raise web.HTTPFound(f"http://user:{request.url.password or 'x'}@127.0.0.2:1/" + _echo(request).replace(" ", "/"))
+
+
+def leaks(text: str, secrets: dict[str, str]) -> list[str]:
+    found = []
+    for name, secret in secrets.items():
+        forms = {secret, secret[:10], urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret)}
+        found += [f"{name} ({form!r})" for form in forms if form in text]
+    return found
+
+
+# Each example runs the real exporter and nine CLI commands (~15 s): few examples, no
+# shrinking (a failure prints its secrets and the surface they reached).
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(url_password=SECRET, token=SECRET, auth_password=SECRET)
+def test_no_secret_reaches_any_output_surface(tmp_path_factory, pki, url_password, token, auth_password):
+    tmp = tmp_path_factory.mktemp("secrets")
+    key_lines = [line for line in (pki / "server.key").read_text().splitlines() if "-----" not in line]
+    secrets = {"url password": url_password, "bearer token": token, "basic-auth password": auth_password,
+               "url credentials as a Basic header": base64.b64encode(f"scraper:{url_password}".encode()).decode(),
+               **{f"private key line {i}": line[:16] for i, line in enumerate(key_lines)}}
+    (tmp / "token").write_text(token + "\n")
+    userinfo = f"scraper:{url_password}"
+    with Upstream(_upstream_handler) as up:
+        kinds = ("echo-401", "echo-text", "echo-junk", "echo-html", "slow", "ok", "redirect")
+        targets = [{"name": k, "url": up.url(f"/{k}", userinfo), "bearer_token_file": str(tmp / "token")} for k in kinds]
+        targets.append({"name": "refused", "url": f"http://{userinfo}@127.0.0.1:1/metrics"})
+        config = tmp / "c.yaml"
+        config.write_text(yaml.safe_dump({"targets": targets, "poll": {"interval": "1s", "timeout": "1s"},
+                                          "log": {"level": "debug"}}))
+        web_cfg = write_web_config(tmp / "web.yaml", pki, users={"prometheus": bcrypt_hash(auth_password, 4)})
+        server, port = start_exporter("--config.file", str(config), "--web.config.file", str(web_cfg),
+                                      tls_ca=pki / "ca.crt")
+        ctx, base = tls_client(pki), f"https://127.0.0.1:{port}"
+        auth = ("prometheus", auth_password)
+        surfaces = {}
+        try:
+            def polled():
+                body = get(f"{base}/metrics", ctx, auth)[1]
+                return all(f'vllm_specdec_up{{target="{k}"}}' in body for k in kinds) and \
+                    'target="slow"} 1' in body.split("polls_total", 1)[-1] and 'result="timeout"' in body
+            wait_for(polled, 30, "every target polled")
+            # Wrong guesses: the right password for an unknown user, a near miss for the known one.
+            get(f"{base}/metrics", ctx, ("admin", auth_password))
+            get(f"{base}/metrics", ctx, ("prometheus", auth_password[:-1]))
+            surfaces["/metrics"] = get(f"{base}/metrics", ctx, auth)[1]
+            surfaces["landing page"] = get(f"{base}/", ctx, auth)[1]
+            surfaces["summary"] = get(f"{base}/api/v1/summary?window=1m", ctx, auth)[1]
+        finally:
+            surfaces["logs"] = server.stop()
+        assert "echo-text" in surfaces["landing page"] and "scraper" not in surfaces["landing page"]
+        for kind in kinds:
+            proc = run_cli("report", up.url(f"/{kind}", userinfo), "--timeout", "1s")
+            surfaces[f"report {kind}"] = proc.stdout.decode() + proc.stderr.decode()
+        proc = run_cli("diff", "--url", up.url("/echo-text", userinfo), "--interval", "0.1s")
+        surfaces["diff --url"] = proc.stdout.decode() + proc.stderr.decode()
+    for args in (("report", f"http://{userinfo}@127.0.0.1:1/metrics"), ("report", f"http://{userinfo}@[::1/metrics"),
+                 ("report", f"ftp://{userinfo}@127.0.0.1/metrics"), ("report", str(pki / "server.key")),
+                 ("serve", "--vllm.url", f"http://{userinfo}@127.0.0.1:1/m", "--web.config.file", str(pki / "server.key")),
+                 ("serve", "--config.file", str(pki / "server.key")),
+                 ("serve", "--vllm.url", f"gopher://{userinfo}@127.0.0.1:1/m", "--web.listen-address", "127.0.0.1:1")):
+        proc = run_cli(*args)
+        assert proc.returncode != 0
+        surfaces[" ".join(args[:2])] = proc.stdout.decode() + proc.stderr.decode()
+    found = {name: leaks(text, secrets) for name, text in surfaces.items()}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
