@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -227,14 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         return {"serve": _serve, "simulate": _simulate, "demo": _demo}[args.command](args)
     try:
         summary, title = {"report": _report, "diff": _diff}[args.command](args)
+        out = json.dumps(summary, indent=2, allow_nan=False) + "\n" if args.format == "json" else render_text(summary, title)
     except (SourceError, ParseError, UsageError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    if args.format == "json":
-        json.dump(summary, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render_text(summary, title))
+    except Exception as e:  # a bug, never a traceback: one line, exit 2
+        print(f"{PROG}: error: internal error reading the input ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `report ... | head -1`: the reader left; end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -109,9 +109,9 @@ MIN_POLL_INTERVAL_SECONDS = 0.1
 # 100 verification steps/s. A poll whose drafts grew faster, or that "restarted" to
 # more than this many per second since the last poll, is inconsistent (history.py).
 MAX_DRAFTS_PER_SECOND = 100_000
-# Payloads above this are parsed in a worker thread, so /healthz and /metrics keep
-# answering while a 32 MiB payload is read.
-PARSE_IN_THREAD_BYTES = 256 * 1024
+# Payloads above this are parsed in a worker process, so /healthz and /metrics keep
+# answering while a 32 MiB payload is read (a few seconds of Python).
+PARSE_IN_WORKER_BYTES = 256 * 1024
 
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's

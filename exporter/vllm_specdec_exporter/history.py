@@ -116,37 +116,13 @@ class TargetHistory:
         e = self._engines.get(key)
         return e.base if e is not None else None
 
+    def seen(self) -> dict[SeriesKey, float]:
+        """When each held engine was last seen (for ``admit``)."""
+        return {k: e.seen for k, e in self._engines.items()}
+
     def admit(self, raw: Mapping[SeriesKey, Counters], cap: int, max_models: int,
               ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
-        """Which of a poll's engines may be held: (kept, refused count, engines to forget).
-
-        Engines already held come first; a new one takes the place of the held
-        engine unseen the longest, and is refused when every held engine is still
-        served. Reads only: safe to call from the parsing thread.
-        """
-        held = self._engines
-        kept: dict[SeriesKey, Counters] = {}
-        for key in sorted(k for k in raw if k in held)[:cap]:
-            kept[key] = raw[key]
-        refused = sum(1 for k in raw if k in held) - len(kept)
-        models = {m for m, _ in kept}
-        absent = sorted((k for k in held if k not in raw), key=lambda k: held[k].seen, reverse=True)
-        room = cap - len(kept) - len(absent)
-        forget: list[SeriesKey] = []
-        for key in sorted(k for k in raw if k not in held):
-            if key[0] not in models and len(models) >= max_models:
-                refused += 1
-                continue
-            if room <= 0:
-                if not absent:
-                    refused += 1
-                    continue
-                forget.append(absent.pop())  # the one unseen the longest
-                room += 1
-            kept[key] = raw[key]
-            models.add(key[0])
-            room -= 1
-        return kept, refused, forget
+        return admit(raw, self.seen(), cap, max_models)
 
     def observe(self, t: float, raw: Mapping[SeriesKey, Counters], forget: Sequence[SeriesKey] = ()) -> Observation:
         first_poll = self.latest is None
@@ -222,6 +198,38 @@ class TargetHistory:
 
     def sample_count(self) -> int:
         return len({id(s) for ring in self._rings.values() for s in ring})
+
+
+def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], cap: int, max_models: int,
+          ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
+    """Which of a poll's engines may be held: (kept, refused count, engines to forget).
+
+    ``held`` maps each engine held to when it was last seen. Engines already held come
+    first; a new one takes the place of the held engine unseen the longest, and is
+    refused when every held engine is still served. Pure: runs in the parsing process.
+    """
+    kept: dict[SeriesKey, Counters] = {}
+    for key in sorted(k for k in raw if k in held)[:cap]:
+        kept[key] = raw[key]
+    refused = sum(1 for k in raw if k in held) - len(kept)
+    models = {m for m, _ in kept}
+    absent = sorted((k for k in held if k not in raw), key=lambda k: held[k], reverse=True)
+    room = cap - len(kept) - len(absent)
+    forget: list[SeriesKey] = []
+    for key in sorted(k for k in raw if k not in held):
+        if key[0] not in models and len(models) >= max_models:
+            refused += 1
+            continue
+        if room <= 0:
+            if not absent:
+                refused += 1
+                continue
+            forget.append(absent.pop())  # the one unseen the longest
+            room += 1
+        kept[key] = raw[key]
+        models.add(key[0])
+        room -= 1
+    return kept, refused, forget
 
 
 def _zero(k: int, with_generation: bool) -> Counters:

@@ -17,6 +17,12 @@ def _fix(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _safe(text: str, width: int = 80) -> str:
+    """A label value as one terminal line: control characters escaped, long ones cut."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return out if len(out) <= width else out[: width - 3] + "..."
+
+
 def bar(fraction: float | None, width: int = config.BAR_WIDTH) -> str:
     if fraction is None:
         return " " * width
@@ -28,7 +34,7 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
     s = entry["all"]
     engines = entry["engines"]
     k = s["k"]
-    lines = [f"model {model}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
+    lines = [f"model {_safe(model)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
     ceiling = f"   of at most {k + 1:.3f} (k+1)" if k else ""
     lines.append(f"  mean acceptance length  {_fix(s['mean_acceptance_length'])}{ceiling}")
     lines.append(
@@ -66,7 +72,7 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
         for engine, e in engines.items():
             pos = "".join(f"  {_pct(v):>7}" for v in e["per_position_acceptance"])
             lines.append(
-                f"  {engine:>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
+                f"  {_safe(engine, 24):>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
                 f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(e, s)}"
             )
     return lines
@@ -98,5 +104,5 @@ def render_text(summary: dict, title: str) -> str:
             warnings += e["warnings"]
     if warnings:
         lines.append(f"warnings ({len(warnings)}):")
-        lines += [f"  - {w}" for w in warnings]
+        lines += [f"  - {_safe(w, 400)}" for w in warnings]
     return "\n".join(lines).rstrip() + "\n"

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
+import pickle
 import random
-import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +26,7 @@ from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Verdict, judge, match_profile
-from .history import TargetHistory
+from .history import TargetHistory, admit
 from .model import Counters, SeriesKey, Snapshot
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import BaselineProfile, Settings, Target
@@ -169,11 +171,14 @@ class TargetPoller:
         self._secrets = credentials(self.target.url, token)
         return {"Authorization": f"Bearer {token}"}
 
-    def _read(self, body: bytes) -> _Read:
-        """Parse and bound one payload; pure CPU, run in a worker thread for big payloads."""
-        snapshot = extract(body, self.settings.max_payload_bytes, self.target.producer)
-        kept, refused, forget = self.history.admit(snapshot.engines, self.max_series, config.MAX_MODELS_PER_TARGET)
-        return _Read(snapshot, kept, refused, forget)
+    async def _read(self, body: bytes) -> _Read:
+        args = (body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series)
+        # A 32 MiB payload takes seconds of Python: in a worker process, so /healthz and
+        # /metrics keep answering (a thread would share the GIL: 0.5 s stalls, measured).
+        read = await _in_worker(read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES else read_payload(*args)
+        if isinstance(read, BaseException):
+            raise read
+        return read
 
     async def poll_once(self) -> str:
         """One poll; returns the result word (also counted in polls_total). Never raises
@@ -187,9 +192,7 @@ class TargetPoller:
                 self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
-            # A 32 MiB payload takes seconds of Python: off the event loop, so /healthz
-            # and /metrics keep answering.
-            read = await _in_thread(self._read, body) if len(body) > config.PARSE_IN_THREAD_BYTES else self._read(body)
+            read = await self._read(body)
             result = "success"
         except PayloadTooLarge as e:
             result, error = "too_large", str(e)
@@ -201,6 +204,8 @@ class TargetPoller:
             result, error, generation = "no_spec_decode", str(e), e.generation
         except SourceError as e:
             result, error = e.kind, str(e)
+        except _WorkerError as e:  # a bug in the worker process: its traceback comes as text
+            result, error = "error", self._log_exception(e, e.details)
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
             result, error = "error", self._log_exception(e)
         duration = self.mono() - started
@@ -212,11 +217,14 @@ class TargetPoller:
             self._record(result, self._log_exception(e), duration, None, {})
         return result
 
-    def _log_exception(self, e: Exception) -> str:
+    def _log_exception(self, e: Exception, details: str | None = None) -> str:
         message = f"{type(e).__name__}: {e}"[:500]
         if message != self._last_exception:  # once with its traceback, not on every poll
             self._last_exception = message
-            log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
+            if details:
+                log.error("poll_failed_unexpectedly", target=self.target.name, error=message, traceback=details)
+            else:
+                log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
         return message
 
     def _record(self, result: str, error: str | None, duration: float, read: _Read | None,
@@ -333,9 +341,60 @@ def _consistent(history: TargetHistory, kept: Mapping[SeriesKey, Counters]) -> d
     return {key: history.base(key) or c for key, c in kept.items()}
 
 
-async def _in_thread(fn, *args):
-    """``fn(*args)`` in a daemon thread: unlike asyncio.to_thread, a parse still running
-    at SIGTERM does not hold up the exit (the default executor is joined at exit)."""
+class _WorkerError(Exception):
+    """An unexpected exception in the parsing process, with its traceback as text."""
+
+    def __init__(self, message: str, details: str):
+        super().__init__(message)
+        self.details = details
+
+    def __reduce__(self):
+        return _WorkerError, (str(self), self.details)
+
+
+def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
+                 max_series: int) -> _Read | BaseException:
+    """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
+    process for big payloads, so what it hands back is small (at most ``max_series``
+    engines, a few warnings) and the expected failures come back as values: exceptions
+    with their own constructors do not survive pickling."""
+    try:
+        snapshot = extract(body, max_bytes, producer)
+    except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
+        return e if _picklable(e) else _WorkerError(f"{type(e).__name__}: {e}", "")
+    except Exception as e:
+        return _WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
+    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
+    small = replace(snapshot, engines={}, warnings=snapshot.warnings[:200])
+    return _Read(small, kept, refused, forget)
+
+
+def _picklable(e: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(e))
+        return True
+    except Exception:
+        return False
+
+
+_POOL: list = []  # the one parsing process, started on the first big payload
+
+
+def _pool():
+    if not _POOL:
+        # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
+        # threaded process can deadlock.
+        _POOL.append(multiprocessing.get_context("spawn").Pool(1))
+    return _POOL[0]
+
+
+def close_parse_pool() -> None:
+    """Kill the parsing process (at shutdown: a parse in progress must not hold up SIGTERM)."""
+    while _POOL:
+        _POOL.pop().terminate()
+
+
+async def _in_worker(fn, *args):
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -343,13 +402,9 @@ async def _in_thread(fn, *args):
         if not future.done():
             future.set_exception(error) if error is not None else future.set_result(value)
 
-    def work() -> None:
-        try:
-            value, error = fn(*args), None
-        except BaseException as e:  # handed to the awaiting poll
-            value, error = None, e
+    def callback(value=None, error=None) -> None:  # in the pool's result thread
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=work, name="parse", daemon=True).start()
+    _pool().apply_async(fn, args, callback=callback, error_callback=lambda e: callback(error=e))
     return await future

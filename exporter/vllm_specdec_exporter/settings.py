@@ -47,7 +47,9 @@ class BaselineProfile:
     method: str | None = None
 
     def matches(self, model_name: str, k: int, method: str | None) -> bool:
-        if self.k != k or not self.model.search(model_name):
+        # The name is the target's choice: capped, and the pattern was checked at load
+        # (_safe_pattern), so matching cannot backtrack for long.
+        if self.k != k or len(model_name) > config.MAX_LABEL_VALUE_LENGTH or not self.model.search(model_name):
             return False
         # vLLM does not expose the method: a target that does not declare one
         # matches on model and k alone.
@@ -158,8 +160,8 @@ def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
         raise ConfigError(key, f"{value!r} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(key, f"{value!r}: port must be 0-65535")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 <= int(port) <= 65535:
+        raise ConfigError(key, f"{value!r}: port must be 1-65535 (or 0: any free port)")
     return host, int(port)
 
 
@@ -200,7 +202,7 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
         if required not in raw:
             raise ConfigError(f"{key}.{required}", "missing")
     try:
-        pattern = re.compile(str(raw["model"]))
+        pattern = re.compile(_safe_pattern(f"{key}.model", str(raw["model"])))
     except re.error as e:
         raise ConfigError(f"{key}.model", f"{raw['model']!r} is not a regular expression: {e}") from None
     k = int(_number(f"{key}.k", raw["k"], 1, 64, integer=True))
@@ -219,9 +221,48 @@ def _aliases(key: str, raw: Any) -> dict[str, str]:
     return dict(raw)
 
 
+def _safe_pattern(key: str, text: str) -> str:
+    """Refuse patterns that can backtrack catastrophically against a hostile model name:
+    a repeat inside a repeat ((a+)+), a repeated alternation ((a|a)*), or more than
+    three open-ended repeats (.*.*.*.*: polynomial). Names are capped at
+    MAX_LABEL_VALUE_LENGTH, so what is left matches in well under a millisecond."""
+    from re import _constants as c, _parser
+
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
+    count = [0]
+
+    def walk(node, inside_repeat: bool) -> None:
+        if isinstance(node, _parser.SubPattern):
+            for op, av in node.data:
+                if op in repeats and av[1] > 1:
+                    if inside_repeat:
+                        raise ConfigError(key, f"{text!r}: a repeat inside a repeat can take forever to match; "
+                                               "simplify it (e.g. (a+)+ -> a+)")
+                    count[0] += 1
+                    walk(av[2], True)
+                elif op is c.BRANCH and inside_repeat:
+                    raise ConfigError(key, f"{text!r}: a repeated alternation can take forever to match")
+                else:
+                    walk(av, inside_repeat)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item, inside_repeat)
+
+    walk(_parser.parse(text), False)
+    if count[0] > 3:
+        raise ConfigError(key, f"{text!r}: more than 3 open-ended repeats can take very long to match")
+    return text
+
+
 def default_profiles() -> list[BaselineProfile]:
     text = resources.files(__package__).joinpath("data/baselines.yaml").read_text()
     return [_profile(f"default baselines[{i}]", p) for i, p in enumerate(yaml.safe_load(text))]
+
+
+def _path(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(key, f"{value!r} is not a file path")
+    return value
 
 
 def load_file(path: str) -> dict:
@@ -232,8 +273,13 @@ def load_file(path: str) -> dict:
         raise ConfigError("--config.file", f"no such file: {path}") from None
     except OSError as e:
         raise ConfigError("--config.file", f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("--config.file", f"{path} is not UTF-8 text (byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise ConfigError("--config.file", f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError("--config.file", f"{path} is not valid YAML{where}: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -272,6 +318,8 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
 
     interval_key = "--poll.interval" if "poll_interval" in overrides else "poll.interval"
     interval = _duration(interval_key, overrides.get("poll_interval", poll.get("interval", config.DEFAULT_POLL_INTERVAL)))
+    if interval < config.MIN_POLL_INTERVAL_SECONDS:
+        raise ConfigError(interval_key, f"{interval:g}s is below the floor of {config.MIN_POLL_INTERVAL_SECONDS:g}s")
     timeout = _duration("poll.timeout", poll.get("timeout", config.DEFAULT_POLL_TIMEOUT))
     timeout = min(timeout, interval) if "timeout" not in poll else timeout
     max_backoff = _duration("poll.max_backoff", poll.get("max_backoff", config.DEFAULT_MAX_BACKOFF))
@@ -331,7 +379,7 @@ def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings
         profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
-        web_config_file=overrides.get("web_config_file", data.get("web_config_file")),
+        web_config_file=_path("web_config_file", overrides.get("web_config_file", data.get("web_config_file"))),
     )
 
 

@@ -24,7 +24,7 @@ from .collector import SpecDecodeCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
-from .service import TargetPoller, TargetView
+from .service import TargetPoller, TargetView, close_parse_pool
 from .settings import Settings
 from .summary import summarize
 from .webconfig import Authenticator, LiveWebConfig, auth_middleware
@@ -69,6 +69,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            close_parse_pool()  # a big payload still being parsed must not delay the exit
 
     app.cleanup_ctx.append(pollers_ctx)
     registry = CollectorRegistry(auto_describe=False)

@@ -1,0 +1,125 @@
+"""Issue 10 items 4 and 7: the event loop never blocks for long, SIGTERM always works,
+configuration fails cleanly. The real `serve` process against a real loopback server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import cli_path
+from http_fixtures import LoopbackServer, prom
+
+V1 = "vllm:spec_decode_num_"
+
+
+def biggest_payload(cap: int) -> bytes:
+    """Spec-decode lines only, just under the default 32 MiB cap: the most parsing work a
+    target can ask for (~60,000 engines, every line on the fast path)."""
+    lines, size, engine = [], 0, 0
+    while True:
+        lab = f'engine="{engine}",model_name="deepseek-ai/DeepSeek-V4-Pro"'
+        block = (f"{V1}drafts_total{{{lab}}} 1000\n{V1}draft_tokens_total{{{lab}}} 2000\n"
+                 f"{V1}accepted_tokens_total{{{lab}}} 1500\n"
+                 f'{V1}accepted_tokens_per_pos_total{{{lab},position="0"}} 900\n'
+                 f'{V1}accepted_tokens_per_pos_total{{{lab},position="1"}} 600\n')
+        if size + len(block) > cap:
+            return "".join(lines).encode()
+        lines.append(block)
+        size += len(block)
+        engine += 1
+
+
+def start_serve(*args: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([cli_path(), "serve", "--web.listen-address", "127.0.0.1:0", "--log.format", "json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        record = json.loads(line)
+        if record["event"] == "listening":
+            return proc, int(record["address"].rsplit(":", 1)[1])
+    proc.kill()
+    raise AssertionError(f"serve did not start: {proc.stderr.read()[:2000]!r}")
+
+
+def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        return resp.status, resp.read()
+
+
+def polls_done(port: int) -> float:
+    _, body = get(port, "/metrics", timeout=60)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("vllm_specdec_exporter_polls_total{"))
+
+
+def test_healthz_answers_fast_while_the_biggest_payload_is_parsed():
+    body = biggest_payload(32 * 1024 * 1024 - 4096)
+    with LoopbackServer(lambda n: prom(body)) as vllm:
+        proc, port = start_serve("--vllm.url", vllm.url, "--poll.interval", "1s")
+        try:
+            latencies = []
+            deadline = time.monotonic() + 240
+            while polls_done(port) < 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            first = vllm.requests
+            # /healthz every 20 ms across at least one more full parse
+            while vllm.requests < first + 1 and time.monotonic() < deadline:
+                started = time.monotonic()
+                status, _ = get(port, "/healthz")
+                latencies.append(time.monotonic() - started)
+                assert status == 200
+                time.sleep(0.02)
+            assert vllm.requests >= first + 1, "the exporter stopped polling"
+            status, metrics = get(port, "/metrics", timeout=5)
+            assert status == 200 and len(metrics) < 2 * 1024 * 1024  # 60,000 engines: 512 held
+            latencies.sort()
+            p99 = latencies[int(0.99 * (len(latencies) - 1))]
+            print(f"healthz under a {len(body) / 1e6:.1f} MB payload: {len(latencies)} requests, "
+                  f"p99 {p99 * 1000:.1f} ms, worst {latencies[-1] * 1000:.1f} ms, /metrics {len(metrics)} bytes")
+            assert p99 < 0.1, latencies[-20:]
+            # SIGTERM mid-parse ends the process promptly, cleanly
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            proc.wait(timeout=15)
+            assert proc.returncode == 0 and time.monotonic() - started < 10
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_catastrophic_profile_pattern_is_refused_at_load(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("targets: [{url: 'http://127.0.0.1:1/metrics'}]\n"
+                      "baselines: {profiles: [{name: p, model: '(a+)+$', k: 2, mean_acceptance_length: 2.0}]}\n")
+    proc = subprocess.run([cli_path(), "serve", "--config.file", str(config)], capture_output=True, timeout=30)
+    assert proc.returncode == 2
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "baselines.profiles[0].model" in lines[0] and "repeat inside a repeat" in lines[0]
+
+
+@pytest.mark.parametrize("content, key", [
+    ("targets: [{url: 'http://[::1/metrics'}]\n", "targets[0].url"),
+    ("targets: [{url: 'http://u:p@host:99999/metrics'}]\n", "targets[0].url"),
+    ("targets: [{url: 'http://127.0.0.1:1/m'}]\nweb_config_file: 123\n", "web_config_file"),
+    ("targets: [{url: 'http://127.0.0.1:1/m'}]\nlisten_address: ':70000'\n", "listen_address"),
+    ("targets: [{url: 'http://127.0.0.1:1/m'}]\nlisten_address: ':²'\n", "listen_address"),
+    ("targets: [{url: 'http://127.0.0.1:1/m'}]\npoll: {interval: 50ms}\n", "poll.interval"),
+    ("targets: [{url: 'http://127.0.0.1:1/m'}]\npoll: {interval: 1s\n", "at line 3, column 1"),
+    (b"targets: [{url: 'http://127.0.0.1:1/m', name: caf\xe9}]\n", "not UTF-8"),
+])
+def test_every_bad_config_value_exits_2_with_one_line_naming_the_key(tmp_path, content, key):
+    config = tmp_path / "c.yaml"
+    config.write_bytes(content if isinstance(content, bytes) else content.encode())
+    proc = subprocess.run([cli_path(), "serve", "--config.file", str(config)], capture_output=True, timeout=30)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert key in err and "p@" not in err, err
