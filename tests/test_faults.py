@@ -424,3 +424,83 @@ def test_spec_decode_switched_off_keeps_generation_visible():
             assert one(m, f"{P}_mean_acceptance_length", window="1m") == pytest.approx(HEALTHY_AL, rel=0.01)
             assert_sane(m)
     asyncio.run(go())
+
+
+def churn(polls: int, interval: str, config: str = "") -> dict:
+    """The real `serve` process against a target with a new engine label on every poll
+    (plus one steady engine): what it holds must stay bounded. Returns the figures."""
+    import json as _json
+    import subprocess
+    import tempfile
+    import time
+    import urllib.request
+
+    from conftest import cli_path
+    from http_fixtures import LoopbackServer, prom
+
+    def body(n: int) -> bytes:
+        lines = []
+        for engine, drafts in (("0", 1000 * (n + 1)), (f"churn-{n}", 1000)):
+            lab = f'engine="{engine}",model_name="m"'
+            lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts}",
+                      f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {2 * drafts}",
+                      f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {1.5 * drafts:.0f}",
+                      f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {0.9 * drafts:.0f}',
+                      f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {0.6 * drafts:.0f}']
+        return ("\n".join(lines) + "\n").encode()
+
+    def get(port: int, path: str) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
+            return resp.read()
+
+    def counter(text: str, name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    with LoopbackServer(lambda n: prom(body(n))) as vllm, tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg:
+        cfg.write(f"targets: [{{url: '{vllm.url}'}}]\n{config}")
+        cfg.flush()
+        proc = subprocess.Popen([cli_path(), "serve", "--config.file", cfg.name, "--poll.interval", interval,
+                                 "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            port = None
+            while port is None:
+                record = _json.loads(proc.stderr.readline())
+                if record["event"] == "listening":
+                    port = int(record["address"].rsplit(":", 1)[1])
+            deadline = time.monotonic() + polls * 2 + 120
+            while vllm.requests < polls and time.monotonic() < deadline:
+                time.sleep(0.5)
+            metrics = get(port, "/metrics")
+            with open(f"/proc/{proc.pid}/status") as f:
+                rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+            text = metrics.decode()
+            figures = {"polls": vllm.requests, "rss_bytes": rss, "metrics_bytes": len(metrics),
+                       "forgotten": counter(text, "vllm_specdec_exporter_series_forgotten_total{"),
+                       "series": sum(1 for line in text.splitlines() if line and not line.startswith("#"))}
+            print(f"churn over {figures['polls']} polls: RSS {rss / 1e6:.1f} MB, /metrics {len(metrics):,} bytes "
+                  f"({figures['series']} series), {figures['forgotten']:.0f} engines forgotten")
+            return figures
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            proc.stderr.close()
+            proc.stdout.close()
+
+
+def test_churn_of_engine_labels_stays_bounded():
+    """Short form (issue 10, item 3): a new engine label on every 100 ms poll, with a cap
+    of 50 held engines: the oldest are forgotten, counted, memory and /metrics bounded."""
+    f = churn(200, "100ms", "max_series_per_target: 50\n")
+    assert f["forgotten"] >= f["polls"] - 60  # one forgotten per poll once 50 are held
+    assert f["rss_bytes"] < 100 * 1024 * 1024
+    assert f["metrics_bytes"] < 2 * 1024 * 1024
+
+
+@pytest.mark.soak
+def test_churn_of_engine_labels_for_ten_minutes_stays_under_100_mb():
+    """`make soak`: a new engine label every 1 s poll for 10 minutes, default bounds."""
+    f = churn(600, "1s")
+    assert f["forgotten"] >= 600 - 512 - 10
+    assert f["rss_bytes"] < 100 * 1024 * 1024
+    assert f["metrics_bytes"] < 2 * 1024 * 1024
