@@ -474,7 +474,34 @@ VERDICT_CASES = [
      [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "20%")]),
     ("served-name-healthy", SERVED, [PRO_HEALTHY], None, "unknown", []),
     ("pro-idle-broken", PRO, [IDLE_BROKEN], ("deepseek-v4-pro-mtp-k2", 2.27), "idle", []),
+    # More healthy figures of baselines.md: native V4-Pro k=1 (91.1 %), V4-Flash k=2 on
+    # code at both ends (2.35, 2.70), DeepSeek-V3 (second token 85-90 %, no profile).
+    ("pro-native-k1", PRO, [mix(1000, [911])], ("deepseek-v4-pro-mtp-k1", 1.79), "ok", []),
+    ("flash-k2-code-low", FLASH, [mix(1000, [700, 650])], ("deepseek-v4-flash-mtp-k2", 1.99), "ok", []),
+    ("flash-k2-code-high", FLASH, [mix(1000, [850, 850])], ("deepseek-v4-flash-mtp-k2", 1.99), "ok", []),
+    ("v3-k1", "deepseek-ai/DeepSeek-V3", [mix(1000, [850])], None, "unknown", []),
 ]
+
+
+def golden(al_by_k: list[float], k: int) -> dict:
+    """A healthy per-minute mix at k from a reference curve of AL per k: position 0 is
+    k-independent, so it is the curve's k=1 gain; the rest of AL(k) - AL(1) falls
+    geometrically over positions 1..k-1 (a survival curve, never rising)."""
+    p0, rest = al_by_k[0] - 1, al_by_k[k - 1] - al_by_k[0]
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # the ratio q with p0 * (q + ... + q^(k-1)) = rest
+        q = (lo + hi) / 2
+        lo, hi = (q, hi) if p0 * sum(q ** i for i in range(1, k)) < rest else (lo, q)
+    return mix(10000, [10000 * p0 * q ** i for i in range(k)])
+
+
+# The reference curves of baselines.md (AL for k = 1..8): every point must stay quiet.
+GOLDEN = {"on": [1.79, 2.27, 2.49, 2.54, 2.55, 2.55, 2.54, 2.58], "off": [1.92, 2.61, 2.97, 3.00, 3.10, 3.16, 3.00, 3.11],
+          "dspark": [1.84, 2.51, 3.01, 3.36, 3.61, 3.77, 3.73, 3.47]}
+PRO_AL = GOLDEN["on"]
+VERDICT_CASES += [(f"pro-golden-{curve}-k{k}", PRO if curve != "dspark" else PRO + "-0813", [golden(als, k)],
+                   (f"deepseek-v4-pro-mtp-k{k}", PRO_AL[k - 1]), "ok", [])
+                  for curve, als in GOLDEN.items() for k in range(1, 9)]
 
 BUILDERS = {
     "VLLMSpecDecodeAcceptanceCollapsed": lambda pod, model, engine, value: collapsed(pod, model, value),
@@ -489,7 +516,7 @@ def verdict_group(v: str) -> dict:
     s = []
     for pod, model, engines, profile, _, _ in VERDICT_CASES:
         for e, m in enumerate(engines):
-            s += deployment(v, pod, model, [(m, 60)], engine=str(e))
+            s += deployment(v, pod, model, [(m, 45)], engine=str(e))
         if v == "sidecar":
             k = len(engines[0]["pos"])
             s += sidecar_gauges(pod, model, k, profile[1] if profile else None, profile[0] if profile else None)
