@@ -138,3 +138,69 @@ def test_spec_decode_off_names_the_families(tmp_path):
 def test_bad_usage_exits_2():
     assert run_cli("report").returncode == 2
     assert run_cli("diff", "--url", "x", "--interval", "soon").returncode == 2
+
+
+# --- issue 10: report and diff never print a traceback ---
+
+def hostile_dump(scale: int = 1) -> bytes:
+    lines = []
+    for engine in ["0", "²", "10", "7" * 200, 'a\\"b', "\\n\x1b[31mred", "2"]:
+        lab = f'engine="{engine}",model_name="m"'
+        d = 1000 * scale
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} {d}",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {2 * d}",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(1.5 * d)}",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(0.9 * d)}',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(0.6 * d)}']
+    lines.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="²"} 5')
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_report_and_diff_of_hostile_labels_give_figures_not_a_traceback(tmp_path):
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_bytes(hostile_dump(1))
+    after.write_bytes(hostile_dump(3))
+    for args in (("report", str(after)), ("diff", str(before), str(after))):
+        for fmt in ("text", "json"):
+            proc = run_cli(*args, "--format", fmt)
+            assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+            if fmt == "json":
+                out = json.loads(proc.stdout)
+                assert list(out["models"]["m"]["engines"])[:3] == ["0", "2", "10"]
+                assert any("no integer position label" in w for w in out["warnings"])
+            else:
+                assert b"\x1b[" not in proc.stdout  # control characters escaped in the terminal view
+
+
+def test_report_piped_into_head_ends_quietly(tmp_path):
+    import subprocess
+
+    from conftest import cli_path
+    lines = []
+    for e in range(3000):  # far more than a pipe buffer of output
+        lab = f'engine="{e}",model_name="m"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 100", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 200",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} 150",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} 90',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} 60']
+    dump = tmp_path / "big.prom"
+    dump.write_text("\n".join(lines) + "\n")
+    for fmt, first in (("json", "{"), ("text", "vllm-specdec-exporter report")):
+        proc = subprocess.run(f"'{cli_path()}' report '{dump}' --format {fmt} | head -1", shell=True,
+                              capture_output=True, timeout=60)
+        assert proc.stdout.decode().startswith(first)
+        assert proc.stderr == b"", proc.stderr  # no BrokenPipeError traceback
+
+
+def test_an_over_cap_payload_names_the_source_and_the_real_size(tmp_path):
+    dump = tmp_path / "big.prom"
+    dump.write_bytes(b"# padding\n" * 300)
+    proc = run_cli("report", str(dump), "--max-bytes", "1024")
+    assert proc.returncode == 2
+    assert error_line(proc).endswith(f"{dump}: payload is 3,000 bytes, over the 1,024-byte cap")
+    with LoopbackServer(lambda n: web.Response(body=b"# padding\n" * 300000, content_type="text/plain")) as s:
+        s_url = s.url
+        proc = run_cli("report", s_url, "--max-bytes", "1024")
+    assert proc.returncode == 2
+    line = error_line(proc)
+    assert s_url in line and ("more than 1,024 bytes" in line or "3,000,000 bytes" in line), line

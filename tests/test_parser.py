@@ -184,3 +184,25 @@ def test_negative_or_nan_counters_are_refused():
 def test_crlf_line_endings():
     snap = extract(engine_lines().replace("\n", "\r\n"))
     assert snap.engines[("m", "0")].per_position == (90, 60)
+
+
+# --- issue 10 item 8 ---
+
+def test_eof_is_honoured_wherever_it_is():
+    padding = "# HELP padding " + "x" * 200 + "\n"
+    text = engine_lines() + "# EOF\n" + padding * 100 + engine_lines(engine="1")  # EOF 20 KB before the end
+    snap = extract(text)
+    assert list(snap.engines) == [("m", "0")]
+    assert parse(text).openmetrics
+    assert list(extract(engine_lines() + "# EOFX\n" + engine_lines(engine="1")).engines) == [("m", "0"), ("m", "1")]
+
+
+@pytest.mark.parametrize("value", ["١٢٣", "１２", "1٢"])
+def test_non_ascii_digits_make_the_line_malformed(value):
+    exp = parse(f'{D}{{engine="0",model_name="m"}} {value}\n', {D})
+    assert exp.malformed_lines == 1 and not exp.samples
+
+
+def test_a_payload_that_is_not_utf8_is_not_prometheus_text():
+    with pytest.raises(NotPrometheusText, match="not valid UTF-8 .line 2"):
+        parse(("# ok\n" + engine_lines()).encode().replace(b'm"', b'm\xe9"', 1))  # Latin-1 on line 2

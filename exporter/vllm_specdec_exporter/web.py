@@ -102,11 +102,28 @@ def metrics_handler(app: web.Application, registry: CollectorRegistry):
             body = encoder(registry)
             cache.update(key=(key, views), identity=body, gzip=gzip.compress(body, compresslevel=6))
         headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
+        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(body=cache["gzip"], headers={**headers, "Content-Encoding": "gzip"})
         return web.Response(body=cache["identity"], headers=headers)
 
     return metrics
+
+
+def accepts_gzip(header: str) -> bool:
+    """RFC 9110: gzip (or *) listed with a q-value above 0; 'gzip;q=0' refuses it."""
+    q = {}
+    for item in header.lower().split(","):
+        name, _, params = item.strip().partition(";")
+        weight = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        q[name.strip()] = weight
+    return q.get("gzip", q.get("*", 0.0)) > 0
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -137,7 +154,10 @@ def summary_for(app: web.Application, window: str) -> dict:
         if w is None:
             continue
         spans.append(w.span_seconds)
+        served = {model for model, _ in p.view.raw}
         for (model, engine), c in w.engines.items():
+            if model not in served:
+                continue  # a model that went away: its figures go with its counters (as on /metrics)
             # Two targets can both have engine "0" (replicas): keep them apart.
             engines[(model, f"{p.target.name}/{engine}" if several else engine)] = c
     stale = [t.name for t in app[SETTINGS].targets if t.name not in fresh]
