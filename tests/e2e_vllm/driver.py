@@ -138,37 +138,50 @@ class VllmServer:
             "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL), "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, timeout: float = 420) -> None:
+    def start(self, timeout: float = 600) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
         args = [str(self.venv / "bin" / "vllm"), "serve", str(self.model / "target"), "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", MODEL_NAME, "--max-model-len", "512",
                 "--max-num-seqs", "8", "--enforce-eager", *self.extra]
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
-        started = time.monotonic()
+        self._launched = time.monotonic()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
                                          cwd=self.scratch, start_new_session=True)
 
+    def wait_ready(self, timeout: float = 600) -> None:
         def ready() -> bool:
             if self.proc.poll() is not None:
                 raise E2EError(f"vllm serve ({self.name}) exited with {self.proc.returncode}:\n{self.tail()}")
             return http_get(self.url + "/health", timeout=2)[0] == 200
 
         wait_for(ready, timeout, f"vllm serve ({self.name}) on {self.url}", step=0.5, on_timeout=lambda: "\n" + self.tail())
-        self.started_seconds = time.monotonic() - started
+        self.started_seconds = time.monotonic() - self._launched
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        # The whole session: the API server, its engine core(s) and worker(s).
+        # The whole session: the API server, its engine core(s), worker(s) and helpers.
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(60)
-        except subprocess.TimeoutExpired:
+            wait_for(lambda: not self._group_alive(), 30, f"the processes of {self.name} to exit")
+        except (subprocess.TimeoutExpired, E2EError):
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         # Engine processes may outlive the API server by a moment; wait for the port too.
         wait_for(lambda: http_get(self.url + "/health", timeout=1)[0] == 0, 60, f"{self.url} to close")
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
 
     def tail(self, n: int = 30) -> str:
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []

@@ -56,16 +56,24 @@ class Run:
         self.model, self.scratch, self.cache = model, scratch, E2E / "cache"
         self.port_a = free_port()
         self.server: VllmServer | None = None
+        self.dp2: VllmServer | None = None
         self.sidecar: Sidecar | None = None
         self.timings: dict[str, float] = {}
         self.figures: list[dict] = []
         self.totals: dict[str, float] = {}  # drafts per configuration on port A, for the restart check
 
-    def start(self, name: str, spec: dict | None, port: int | None = None, extra: tuple[str, ...] = ()) -> VllmServer:
-        server = VllmServer(VENV, self.model, self.scratch, self.cache, name, port or self.port_a, spec, extra)
+    def start(self, name: str, spec: dict | None) -> VllmServer:
+        server = VllmServer(VENV, self.model, self.scratch, self.cache, name, self.port_a, spec)
         server.start()
         self.timings[f"start {name}"] = server.started_seconds
         return server
+
+    def launch_dp2(self) -> None:
+        """Data parallel 2 boots in the background while port A's checks run: its seven
+        processes take minutes to start on two busy cores."""
+        self.dp2 = VllmServer(VENV, self.model, self.scratch, self.cache, "dp2", free_port(), NGRAM,
+                              ("--data-parallel-size", "2", "--max-num-seqs", "4"))
+        self.dp2.launch()
 
     def replace_server(self, name: str, spec: dict | None) -> VllmServer:
         if self.server is not None:
@@ -104,8 +112,9 @@ def run(request):
     finally:
         if r.sidecar is not None:
             r.sidecar.stop()
-        if r.server is not None:
-            r.server.stop()
+        for server in (r.server, r.dp2):
+            if server is not None:
+                server.stop()
         r.timings["e2e checks total"] = time.monotonic() - started
         summary = {"timings_seconds": {k: round(v, 1) for k, v in r.timings.items()}, "intervals": r.figures}
         (scratch / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -114,17 +123,15 @@ def run(request):
 
 def report_summary(config, summary: dict) -> None:
     """Timings and the exporter's figures next to vLLM's log line, on the terminal (not captured)."""
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is None:
-        return
-    tr.write_line("")
-    tr.write_line("e2e-vllm: " + ", ".join(f"{k} {v:.0f} s" for k, v in summary["timings_seconds"].items()))
+    lines = ["", "e2e-vllm: " + ", ".join(f"{k} {v:.0f} s" for k, v in summary["timings_seconds"].items())]
     for f in summary["intervals"]:
         for who in ("exporter", "vllm_log"):
             x = f[who]
-            tr.write_line(f"  {f['config']:<6} {who:<8} AL {x['mean_acceptance_length']:.4f}  accepted {x['accepted']:>5}"
-                          f"  drafted {x['drafted']:>5}  rate {x['acceptance_rate_percent']:.2f} %  per position "
-                          + " ".join(f"{p:.4f}" for p in x["per_position"]))
+            lines.append(f"  {f['config']:<6} {who:<8} AL {x['mean_acceptance_length']:.4f}  accepted {x['accepted']:>5}"
+                         f"  drafted {x['drafted']:>5}  rate {x['acceptance_rate_percent']:.2f} %  per position "
+                         + " ".join(f"{p:.4f}" for p in x["per_position"]))
+    with config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print("\n".join(lines), flush=True)
 
 
 # --- helpers -----------------------------------------------------------------------
@@ -231,6 +238,7 @@ def test_ngram_one_api_server_matches_vllms_own_log(run):
     # One API server: plain prometheus_client, with _created gauges; every series at 0 from the start.
     assert pick(samples(raw), "vllm:spec_decode_num_drafts_created", engine="0"), "no _created with one API server"
     assert set(raw_by_engine(raw, "vllm:spec_decode_num_accepted_tokens_per_pos_total")) == {("0", str(i)) for i in range(K)}
+    run.launch_dp2()
     run.sidecar = Sidecar(cli_path(), run.scratch, "exporter", f"http://127.0.0.1:{run.port_a}")
     figures = check_config(run, "ngram")
     assert figures["exporter"]["drafted"] > 0
@@ -275,8 +283,11 @@ def test_spec_decode_off_reads_as_such(run):
 
 
 def test_data_parallel_2_multiprocess_mode(run):
-    port = free_port()
-    server = run.start("dp2", NGRAM, port, extra=("--data-parallel-size", "2", "--max-num-seqs", "4"))
+    if run.dp2 is None:
+        run.launch_dp2()
+    server = run.dp2
+    server.wait_ready()
+    run.timings["start dp2 (in the background)"] = server.started_seconds
     sidecar = None
     try:
         drive_load(server.url, 8, 32)
@@ -300,3 +311,4 @@ def test_data_parallel_2_multiprocess_mode(run):
         if sidecar is not None:
             sidecar.stop()
         server.stop()
+        run.dp2 = None
