@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,31 @@ def test_served_name_aliases_reach_the_vllm_direct_baselines(tmp_path):
             {"exp_labels": {"severity": "warning", "namespace": "llm", "pod": "served",
                             "model_name": "DSV4-W4A16-FP8-MTP"},
              "exp_annotations": pc.below_baseline("served", "DSV4-W4A16-FP8-MTP", "1.200")["exp_annotations"]}]}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(suite))
+    proc = subprocess.run([tool("promtool"), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rule_selector_keeps_a_pod_scraped_twice_from_counting_twice(tmp_path):
+    """prometheusRule.selector goes into every series selector: the same sidecar scraped
+    by a second job does not double the recorded rates."""
+    spec = rule_spec("--set-json", 'prometheusRule.selector="job=\\"vllm-specdec-exporter\\""')
+    exprs = [r["expr"] for g in spec["groups"] for r in g["rules"]]
+    raw = [m for e in exprs for m in re.findall(r"\bvllm_specdec_[a-z_]+(?:\{[^}]*\})?(?=\[|\)|\s|$)", e)
+]
+    assert raw and all('job="vllm-specdec-exporter"' in m for m in raw), [m for m in raw if "job=" not in m]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    import promtool_cases as pc
+
+    pc.VARIANT["v"] = "sidecar"
+    once = pc.deployment("sidecar", "pro-0", pc.PRO, [(pc.mix(6000, [5400, 4200]), 30)])  # 100 drafts/s
+    twice = [{**s_, "series": s_["series"].replace('job="vllm-specdec-exporter"', 'job="federate"')} for s_ in once]
+    rule = "namespace_pod_model_name:vllm_specdec_drafts:rate5m"
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": once + twice,
+        "promql_expr_test": [{"expr": rule, "eval_time": "20m", "exp_samples": [{
+            "labels": f'{rule}{{namespace="llm",pod="pro-0",target="vllm",model_name="{pc.PRO}"}}',
+            "value": 100}]}]}]}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(suite))
     proc = subprocess.run([tool("promtool"), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -390,6 +390,7 @@ def render_all(o: Options | None = None) -> dict[str, str]:
 # threshold's __NAME__ from config.health.<name> (the exporter's own health settings:
 # one source for both) or prometheusRule.thresholds.<name>, and the runbook base.
 RUNBOOK_PLACEHOLDER = "__RUNBOOK_BASE__"
+SELECTOR_PLACEHOLDER = "__SELECTOR__"  # prometheusRule.selector, in every series selector
 
 
 def placeholder(key: str) -> str:
@@ -400,7 +401,7 @@ def render_chart_files() -> dict[str, str]:
     """files/ of the Helm chart: both rule variants with placeholders, and the defaults they stand for."""
     o = default_options()
     chart = replace(o, thresholds={k: placeholder(k) for k in THRESHOLD_KEYS}, runbook_base=RUNBOOK_PLACEHOLDER,
-                    dashboard_url="", alias_placeholders=True)
+                    dashboard_url="", alias_placeholders=True, selector=SELECTOR_PLACEHOLDER)
     header = HEADER + "# Helm chart copy: the __NAME__ placeholders are filled by templates/prometheusrule.yaml.\n"
     out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
     defaults = {"runbookBase": o.runbook_base,
