@@ -498,6 +498,7 @@ def test_churn_of_engine_labels_stays_bounded():
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 def test_churn_of_engine_labels_for_ten_minutes_stays_under_100_mb():
     """`make soak`: a new engine label every 1 s poll for 10 minutes, default bounds."""
     f = churn(600, "1s")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import pickle
 import random
 import time
 import traceback
@@ -171,12 +170,12 @@ class TargetPoller:
         self._secrets = credentials(self.target.url, token)
         return {"Authorization": f"Bearer {token}"}
 
-    async def _read(self, body: bytes) -> _Read:
+    async def _read(self, body: bytes) -> _Read | _Failure:
         args = (body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series)
         # A 32 MiB payload takes seconds of Python: in a worker process, so /healthz and
         # /metrics keep answering (a thread would share the GIL: 0.5 s stalls, measured).
         read = await _in_worker(read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES else read_payload(*args)
-        if isinstance(read, BaseException):
+        if isinstance(read, _WorkerError):
             raise read
         return read
 
@@ -194,6 +193,8 @@ class TargetPoller:
             )
             read = await self._read(body)
             result = "success"
+            if isinstance(read, _Failure):
+                result, error, generation, read = read.result, read.error, read.generation, None
         except PayloadTooLarge as e:
             result, error = "too_large", str(e)
         except NotPrometheusText as e:
@@ -353,7 +354,7 @@ class _WorkerError(Exception):
 
 
 def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
-                 max_series: int) -> _Read | BaseException:
+                 max_series: int) -> _Read | _Failure | _WorkerError:
     """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
     process for big payloads, so what it hands back is small (at most ``max_series``
     engines, a few warnings) and the expected failures come back as values: exceptions
@@ -361,7 +362,8 @@ def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mappin
     try:
         snapshot = extract(body, max_bytes, producer)
     except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
-        return e if _picklable(e) else _WorkerError(f"{type(e).__name__}: {e}", "")
+        return _Failure(_RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e),
+                        dict(getattr(e, "generation", None) or {}))
     except Exception as e:
         return _WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
     kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
@@ -369,12 +371,18 @@ def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mappin
     return _Read(small, kept, refused, forget)
 
 
-def _picklable(e: BaseException) -> bool:
-    try:
-        pickle.loads(pickle.dumps(e))
-        return True
-    except Exception:
-        return False
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """An expected way for a payload to be unusable, as a value (see read_payload)."""
+
+    result: str
+    error: str
+    generation: dict
+
+
+# In this order: the first class a failure is an instance of names it.
+_RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
+            UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
 
 
 _POOL: list = []  # the one parsing process, started on the first big payload
