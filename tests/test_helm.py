@@ -359,7 +359,11 @@ def test_image_command_line_from_a_built_wheel(world_readable_tmp):
     before = sorted(p for p in tmp_path.rglob("*"))
     env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
     setpriv = shutil.which("setpriv")
-    as_user = [setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"] if setpriv and os.geteuid() == 0 else []
+    # uid 65532 must reach the test environment's packages: not so in a clone under a 0700
+    # directory (mktemp -d, many homes), where the command runs as this user instead.
+    reachable = all(os.stat(p).st_mode & 0o005 == 0o005 for p in (site, *site.parents))
+    as_user = ([setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"]
+               if setpriv and os.geteuid() == 0 and reachable else [])
     proc = subprocess.Popen([*as_user, str(exe), "serve", f"--config.file={etc / 'config.yaml'}"], env=env, cwd="/",
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
