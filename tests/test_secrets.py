@@ -52,9 +52,10 @@ def test_redirects_are_not_followed_and_other_hosts_never_show(tmp_path):
                 "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
             server, port = start_exporter("--config.file", str(config))
             base = f"http://127.0.0.1:{port}"
+            surfaces = {}
             try:
-                wait_for(lambda: 'result="http_error",target="away"} 2' in get(f"{base}/metrics")[1]
-                         and 'result="http_error",target="same"} 2' in get(f"{base}/metrics")[1], 30, "two polls each")
+                wait_for(lambda: min(polls(get(f"{base}/metrics")[1], t) for t in ("away", "same")) >= 2, 30,
+                         "two polls of each target")
                 surfaces = {"metrics": get(f"{base}/metrics")[1], "landing": get(f"{base}/")[1],
                             "summary": get(f"{base}/api/v1/summary?window=1m")[1]}
             finally:
@@ -66,6 +67,17 @@ def test_redirects_are_not_followed_and_other_hosts_never_show(tmp_path):
     for name, text in surfaces.items():
         assert "0METADATA7731" not in text, name
     assert "redirects are not followed" in surfaces["landing"]
+    assert polls(surfaces["metrics"], "away", "http_error") >= 2 and polls(surfaces["metrics"], "same", "http_error") >= 2
+
+
+def polls(metrics: str, target: str, result: str | None = None) -> float:
+    """polls_total of one target (of one result, if given), summed."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("vllm_specdec_exporter_polls_total{") and f'target="{target}"' in line \
+                and (result is None or f'result="{result}"' in line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 # --- every secret, every surface -----------------------------------------------------
