@@ -108,6 +108,7 @@ def test_a_catastrophic_profile_pattern_is_refused_at_load(tmp_path):
 @pytest.mark.parametrize("content, key", [
     ("targets: [{url: 'http://[::1/metrics'}]\n", "targets[0].url"),
     ("targets: [{url: 'http://u:p@host:99999/metrics'}]\n", "targets[0].url"),
+    ("targets: [{url: 'http://127.0.0.1:0/metrics'}]\n", "targets[0].url"),
     ("targets: [{url: 'http://127.0.0.1:1/m'}]\nweb_config_file: 123\n", "web_config_file"),
     ("targets: [{url: 'http://127.0.0.1:1/m'}]\nlisten_address: ':70000'\n", "listen_address"),
     ("targets: [{url: 'http://127.0.0.1:1/m'}]\nlisten_address: ':²'\n", "listen_address"),

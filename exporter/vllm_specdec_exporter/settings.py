@@ -146,7 +146,7 @@ def _url(key: str, value: Any) -> str:
         raise ConfigError(key, f"{value!r} is not a URL")
     try:
         parts = urlsplit(value)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0  # ports 1-65535
     except ValueError:  # e.g. http://[::1/ or a port over 65535
         ok = False
     if not ok:  # redacted: the URL may carry a password
