@@ -20,7 +20,7 @@ import bcrypt
 import yaml
 
 from conftest import cli_path, require
-from prom_harness import free_port, wait_for
+from prom_harness import listening_port, wait_for
 
 
 def openssl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -83,13 +83,20 @@ class Serve:
             self.proc.kill()
         return (out + err).decode(errors="replace")
 
+    def port(self) -> int:
+        """The port it listens on (told 127.0.0.1:0), read back once it does."""
+        def bound():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited: {self.stop()}")
+            return listening_port(self.proc)
+        return wait_for(bound, 30, "serve to listen", step=0.05)
+
 
 def start_exporter(*args: str, tls_ca: Path | None = None, **kw) -> tuple[Serve, int]:
-    """`serve` on a free loopback port with an unreachable target (unless args name
-    targets); returns once /healthz answers."""
-    port = free_port()
+    """`serve` on loopback port 0 with an unreachable target (unless args name targets);
+    returns once /healthz answers, with the port it got."""
     targets = () if any(a in ("--vllm.url", "--config.file") for a in args) else ("--vllm.url", "http://127.0.0.1:1/m")
-    server = Serve(*targets, "--web.listen-address", f"127.0.0.1:{port}", *args, **kw)
+    server = Serve(*targets, "--web.listen-address", "127.0.0.1:0", *args, **kw)
     ctx = ssl.create_default_context(cafile=str(tls_ca)) if tls_ca else None
     scheme = "https" if tls_ca else "http"
 
@@ -101,6 +108,7 @@ def start_exporter(*args: str, tls_ca: Path | None = None, **kw) -> tuple[Serve,
         except OSError:
             return False
     try:
+        port = server.port()
         wait_for(up, 30, "/healthz", step=0.1)
     except BaseException:
         server.stop()

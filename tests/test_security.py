@@ -19,7 +19,7 @@ from aiohttp import web
 
 from conftest import run_cli
 from http_fixtures import LoopbackServer, prom
-from prom_harness import free_port, wait_for
+from prom_harness import wait_for
 from security_harness import (Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status,
                               write_web_config)
 from seed_records import render_dump
@@ -42,12 +42,12 @@ def web_config(tmp: Path, pki: Path, **tls_extra) -> Path:
 
 
 def test_tls_and_basic_auth_with_a_real_tls_client(tmp_path, pki):
-    port = free_port()
-    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", f"127.0.0.1:{port}",
+    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", "127.0.0.1:0",
                    "--web.config.file", str(web_config(tmp_path, pki)))
     ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    base = f"https://127.0.0.1:{port}"
     try:
+        port = server.port()
+        base = f"https://127.0.0.1:{port}"
         wait_for(lambda: server.proc.poll() is not None or get_ok(f"{base}/healthz", ctx), 30, "TLS /healthz")
         assert get(f"{base}/metrics", ctx)[0] == 401
         assert get(f"{base}/metrics", ctx, ("prometheus", "wrong"))[0] == 401
@@ -75,14 +75,14 @@ def get_ok(url: str, ctx) -> bool:
 
 
 def test_client_certificates_when_required(tmp_path, pki):
-    port = free_port()
     cfg = web_config(tmp_path, pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki / "ca.crt"))
-    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", f"127.0.0.1:{port}",
+    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", "127.0.0.1:0",
                    "--web.config.file", str(cfg))
     with_cert = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     with_cert.load_cert_chain(str(pki / "client.crt"), str(pki / "client.key"))
     without = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     try:
+        port = server.port()
         wait_for(lambda: get_ok(f"https://127.0.0.1:{port}/healthz", with_cert), 30, "mTLS /healthz")
         with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
             get(f"https://127.0.0.1:{port}/healthz", without)
@@ -124,16 +124,15 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
                 return web.Response(status=401, text=f"bad token {request.headers.get('Authorization')}")
             return await super()._handle(request)
 
-    port = free_port()
     with Guarded(handler) as vllm:
         config = tmp_path / "c.yaml"
         config.write_text(yaml.safe_dump({
             "targets": [{"name": "secure", "url": vllm.url, "bearer_token_file": str(tmp_path / "token")},
                         {"name": "no-token", "url": vllm.url}],
-            "listen_address": f"127.0.0.1:{port}", "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
+            "listen_address": "127.0.0.1:0", "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
         server = Serve("--config.file", str(config))
         try:
-            base = f"http://127.0.0.1:{port}"
+            base = f"http://127.0.0.1:{server.port()}"
             wait_for(lambda: get_ok(f"{base}/healthz", None) and
                      'vllm_specdec_up{target="secure"} 1.0' in get(f"{base}/metrics")[1], 30, "an authorised poll")
             refused = 'vllm_specdec_exporter_polls_total{result="http_error",target="no-token"}'
@@ -152,10 +151,9 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
 @contextlib.contextmanager
 def plain_exporter():
     """`serve` on plain HTTP with one unreachable target; yields its base URL once /healthz answers."""
-    port = free_port()
-    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", f"127.0.0.1:{port}")
-    base = f"http://127.0.0.1:{port}"
+    server = Serve("--vllm.url", "http://127.0.0.1:1/metrics", "--web.listen-address", "127.0.0.1:0")
     try:
+        base = f"http://127.0.0.1:{server.port()}"
         wait_for(lambda: get_ok(f"{base}/healthz", None), 30, "/healthz")
         yield base
     finally:
@@ -212,10 +210,10 @@ def test_every_client_auth_type_behaves_as_in_exporter_toolkit(tmp_path, pki, mo
 
 
 def _start_mtls(cfg: Path, pki: Path):
-    port = free_port()
-    server = Serve("--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", f"127.0.0.1:{port}",
+    server = Serve("--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "127.0.0.1:0",
                    "--web.config.file", str(cfg))
     try:
+        port = server.port()
         wait_for(lambda: server.proc.poll() is not None or tls_status(port, tls_client(pki, "client")) == 200, 30,
                  "TLS /healthz with a client certificate", step=0.1)
         assert server.proc.poll() is None, server.stop()
