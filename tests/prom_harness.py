@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -57,13 +56,6 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     require(path is not None, f"{name} (make tools installs Debian's prometheus and prometheus-alertmanager)")
     return path
-
-
-def free_port() -> int:
-    """Racy (another process may take the port before it is used): prefer port 0 and listening_port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening_port(proc: subprocess.Popen) -> int | None:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, require
-from prom_harness import free_port, http_ok, tool, wait_for
+from prom_harness import http_ok, listening_port, tool, wait_for
 from vllm_specdec_exporter import config as cfg
 from vllm_specdec_exporter.rules import VARIANTS
 from vllm_specdec_exporter.settings import build_settings
@@ -350,9 +350,8 @@ def test_image_command_line_from_a_built_wheel(world_readable_tmp):
     # The image's CMD, with its config mounted read-only, as uid 65532, writing nothing.
     etc = tmp_path / "etc"
     etc.mkdir()
-    port = free_port()
     (etc / "config.yaml").write_text(yaml.safe_dump({"targets": [{"url": "http://127.0.0.1:1/metrics"}],
-                                                      "listen_address": f"127.0.0.1:{port}"}))
+                                                      "listen_address": "127.0.0.1:0"}))
     for p in (tmp_path, venv, etc):
         os.chmod(p, 0o755)
     os.chmod(etc / "config.yaml", 0o444)
@@ -367,9 +366,9 @@ def test_image_command_line_from_a_built_wheel(world_readable_tmp):
     proc = subprocess.Popen([*as_user, str(exe), "serve", f"--config.file={etc / 'config.yaml'}"], env=env, cwd="/",
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz") or proc.poll() is not None, 30,
-                 "the image's command to serve")
+        port = wait_for(lambda: proc.poll() is not None or listening_port(proc), 30, "the image's command to listen")
         assert proc.poll() is None, proc.stderr.read().decode()
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 30, "the image's command to serve")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             body = resp.read().decode()
         assert 'vllm_specdec_up{target="vllm"} 0.0' in body
