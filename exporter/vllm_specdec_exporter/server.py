@@ -53,7 +53,7 @@ def open_file_limit(reserve: int) -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    return soft - reserve
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft - reserve
 
 
 class Pool:
