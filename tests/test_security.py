@@ -329,6 +329,8 @@ def test_client_allowed_sans(tmp_path, pki):
     ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "min_version": "TLS13", "max_version": "TLS12"}},
      "config: tls_server_config.min_version: is above max_version"),
     ({"rate_limit": {"interval": "fast", "burst": 1}}, "config: rate_limit.interval:"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "cipher_suites": [[1]]}},
+     "a value of an unexpected type (TypeError)"),  # one line, never a traceback
 ])
 def test_keys_that_cannot_be_honoured_are_errors_naming_them(tmp_path, pki, content, expected):
     text = yaml.safe_dump(content).replace("'{crt}'", str(pki / "server.crt")).replace(

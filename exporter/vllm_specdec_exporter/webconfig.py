@@ -298,6 +298,15 @@ def _fake_hash(cost: bytes) -> bytes:
 
 
 def load_web_config(path: str) -> WebConfig:
+    try:
+        return _load_web_config(path)
+    except ConfigError:
+        raise
+    except Exception as e:  # a value of a type no check above expected (a list where a name goes, ...)
+        raise ConfigError("--web.config.file", f"{path}: a value of an unexpected type ({type(e).__name__})") from None
+
+
+def _load_web_config(path: str) -> WebConfig:
     key = "--web.config.file"
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
@@ -347,8 +356,10 @@ class LiveWebConfig:
     """The web config, re-read when the file or any file it names changes.
 
     ``current()`` is called for every new connection and request; it looks at the
-    files at most once per ``config.WEB_CONFIG_CHECK_SECONDS``. A failed reload keeps
-    the last good config and logs the error once per distinct error."""
+    files at most once per ``config.WEB_CONFIG_CHECK_SECONDS``. A change is loaded on a
+    worker thread (certificates, and a bcrypt hash for unknown users at a new cost,
+    take time) while the old config goes on serving. A failed reload keeps the last
+    good config and logs the error once per distinct error."""
 
     def __init__(self, path: str, mono: Callable[[], float] = time.monotonic):
         self.path = path
@@ -356,28 +367,42 @@ class LiveWebConfig:
         self.config = load_web_config(path)
         self._signature = _signature(self.config.files)
         self._checked = mono()
+        self._loading = False
         self._last_error: str | None = None
 
     def current(self) -> WebConfig:
         now = self.mono()
-        if now - self._checked >= config.WEB_CONFIG_CHECK_SECONDS:
+        if now - self._checked >= config.WEB_CONFIG_CHECK_SECONDS and not self._loading:
             self._checked = now
             signature = _signature(self.config.files)
             if signature != self._signature:
-                self._reload(signature)
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    self._loaded(signature, self._load())
+                else:
+                    self._loading = True
+                    loop.run_in_executor(None, self._load).add_done_callback(
+                        lambda done: self._loaded(signature, done.result()))
         return self.config
 
-    def _reload(self, signature: tuple) -> None:
+    def _load(self) -> WebConfig | ConfigError:
         try:
-            new = load_web_config(self.path)
+            return load_web_config(self.path)
         except ConfigError as e:
-            if str(e) != self._last_error:
-                self._last_error = str(e)
-                log.error("web_config_reload_failed", error=str(e), keeping="the last good config")
+            return e
+
+    def _loaded(self, signature: tuple, new: WebConfig | ConfigError) -> None:
+        self._loading = False
+        if isinstance(new, ConfigError):
+            if str(new) != self._last_error:
+                self._last_error = str(new)
+                log.error("web_config_reload_failed", error=str(new), keeping="the last good config")
             return
         self._last_error = None
         self.config = new
-        self._signature = _signature(new.files)
+        # The files as they were before this load: a change during it is seen next time.
+        self._signature = signature if new.files == tuple(f for f, *_ in signature) else _signature(new.files)
         log.info("web_config_reloaded", tls=bool(new.ssl_context), basic_auth=bool(new.users))
 
 
