@@ -210,3 +210,20 @@ def test_half_open_connections_are_closed_at_the_header_timeout():
     finally:
         server.stop()
     assert config.HEADER_TIMEOUT_SECONDS - 0.5 < lifetimes[0] and lifetimes[-1] < config.HEADER_TIMEOUT_SECONDS + 2
+
+
+def test_tls_connections_that_never_finish_the_handshake_are_closed(tmp_path):
+    """Slowloris on the TLS port: 30 connections that send three bytes of a ClientHello
+    and stop are closed at the header timeout (asyncio's own handshake timeout is 60 s)."""
+    from security_harness import make_pki, write_web_config
+    pki = make_pki(tmp_path)
+    cfg = write_web_config(tmp_path / "web.yaml", pki)
+    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    try:
+        conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
+        for s in conns:
+            s.sendall(b"\x16\x03\x01")
+        waited = [_wait_closed(s, config.HEADER_TIMEOUT_SECONDS + 5) for s in conns]
+    finally:
+        server.stop()
+    assert all(w is not None and w < config.HEADER_TIMEOUT_SECONDS + 2 for w in waited), waited
