@@ -97,6 +97,8 @@ class SpecDecodeCollector(Collector):
         cond = _gauge("position_conditional_acceptance_ratio",
                       "Acceptance at a position given the previous one was accepted, over the window.", tmwp)
         edl = _gauge("effective_draft_length", "Draft tokens per draft over the window (<= k).", tmw)
+        dist = _gauge("acceptance_count_ratio", "Share of drafts (verify steps) that accepted exactly `accepted` "
+                      "draft tokens over the window, summed over engines (0..k; sums to 1).", [T, M, W, "accepted"])
         drafts = _gauge("window_drafts", "Drafts in the window: the sample size behind the ratio gauges.", tmw)
         span = _gauge("window_span_seconds", "Seconds actually covered by the window (shorter just after start).", tmw)
         e_al = _gauge("engine_mean_acceptance_length", "Mean acceptance length of one engine over the window.", [T, M, E, W])
@@ -135,7 +137,9 @@ class SpecDecodeCollector(Collector):
                     for i, (p, c) in enumerate(zip(st.per_position_acceptance, st.conditional_acceptance)):
                         _add(pos, [*labels, str(i)], p)
                         _add(cond, [*labels, str(i)], c)
-        yield from (al, rate, pos, cond, edl, drafts, span, e_al, e_rate, k, baseline, health, e_health)
+                    for j, share in enumerate(st.accepted_count_ratio):
+                        _add(dist, [*labels, str(j)], share)
+        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health)
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:

@@ -4,6 +4,8 @@
 - acceptance rate = accepted / draft_tokens (never k * drafts: drafts get trimmed)
 - per-position acceptance = per_pos[i] / drafts, a survival curve P(len >= i+1)
 - conditional acceptance = per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts
+- acceptance-count distribution: drafts that accepted exactly j tokens = per_pos[j-1] - per_pos[j]
+  (per_pos[-1] = drafts, per_pos[k] = 0), shared over drafts: the "acceptance histogram"
 - engines: sum the counters first, then divide; never average ratios
 - a quantity with a zero denominator is undefined (None), never 0
 """
@@ -149,6 +151,10 @@ class Stats:
     marginal_acceptance_length: list[float | None]
     # The AL a chain drafter would reach with k = i + 1 (positions beyond i dropped).
     acceptance_length_at_k: list[float | None]
+    # Drafts (verify steps) that accepted exactly j = 0..k draft tokens, and their share of
+    # all drafts; empty without per-position counters (k = 0).
+    accepted_count_drafts: list[float]
+    accepted_count_ratio: list[float | None]
     draft_token_share: float | None  # accepted / generation tokens
     drafts_per_second: float | None
     drafted_tokens_per_second: float | None
@@ -160,6 +166,7 @@ class Stats:
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
             out[key] = _count(out[key])
         out["accepted_per_position"] = [_count(v) for v in self.accepted_per_position]
+        out["accepted_count_drafts"] = [_count(v) for v in self.accepted_count_drafts]
         out["warnings"] = list(self.warnings)
         return out
 
@@ -188,6 +195,8 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
         for i, v in enumerate(per_pos):
             running += v / c.drafts
             at_k[i] = running
+    # Steps with exactly j accepted: survivors at j minus survivors at j + 1.
+    exactly = [a - b for a, b in zip([c.drafts, *per_pos], [*per_pos, 0.0])] if c.k else []
     per_second = (lambda v: ratio(v, interval_seconds)) if interval_seconds else (lambda v: None)
     return Stats(
         num_drafts=c.drafts,
@@ -203,6 +212,8 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
         effective_draft_length=ratio(c.draft_tokens, c.drafts),
         marginal_acceptance_length=list(survival),
         acceptance_length_at_k=at_k,
+        accepted_count_drafts=exactly,
+        accepted_count_ratio=[ratio(v, c.drafts) for v in exactly],
         draft_token_share=ratio(c.accepted, c.generation_tokens) if c.generation_tokens is not None else None,
         drafts_per_second=per_second(c.drafts),
         drafted_tokens_per_second=per_second(c.draft_tokens),

@@ -65,6 +65,11 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
                 f"  {_pct(s['conditional_acceptance'][i]):>11}  {_fix(s['marginal_acceptance_length'][i]):>10}"
                 f"  {_fix(s['acceptance_length_at_k'][i]):>13}  {bar(s['per_position_acceptance'][i])}"
             )
+        # The acceptance-count distribution: the shape of a failure at a glance.
+        lines.append("")
+        lines.append("  accepted exactly      drafts       share")
+        for j, (n, share) in enumerate(zip(s["accepted_count_drafts"], s["accepted_count_ratio"])):
+            lines.append(f"  {j:>16}  {_num(n):>10}  {_pct(share):>10}  {bar(share)}")
     if len(engines) > 1:
         lines.append("")
         pos_head = "".join(f"  {'pos ' + str(i):>7}" for i in range(k))
