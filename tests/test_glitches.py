@@ -430,3 +430,29 @@ def test_summary_drops_a_model_that_went_away_with_its_counters():
             m = await scrape(session, url)
             assert {s.labels["model_name"] for s in m[f"{P}_mean_acceptance_length"]} == {"a"}
     asyncio.run(go())
+
+
+def test_a_parsing_process_that_dies_fails_one_poll_not_the_poller():
+    """A big payload goes to the parsing process; kill it: that poll is an error, the
+    next one works with a fresh process."""
+    import os
+
+    from vllm_specdec_exporter import service
+
+    big = payload(engine_lines(*live(1000.0))) + b"# padding\n" * 40_000  # over PARSE_IN_WORKER_BYTES
+
+    async def go():
+        clock = FakeClock()
+
+        async def handle(request):
+            return web.Response(body=big, content_type="text/plain")
+        async with exporter(handle, clock=clock) as (app, url, session, clock):
+            poller = app[POLLERS][0]
+            assert await poller.poll_once() == "success"  # the parsing process is up
+            for proc in service._pool()._processes.values():  # the worker dies (killed, out of memory)
+                os.kill(proc.pid, 9)
+            assert await poller.poll_once() == "error"  # that poll only
+            assert "parsing process died" in poller.view.last_error
+            assert await poller.poll_once() == "success"  # a fresh process
+            assert one(await scrape(session, url), f"{P}_up") == 1
+    asyncio.run(go())

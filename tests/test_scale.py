@@ -54,10 +54,10 @@ def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
         return resp.status, resp.read()
 
 
-def polls_done(port: int) -> float:
+def polls_done(port: int, result: str = "success") -> float:
     _, body = get(port, "/metrics", timeout=60)
     return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
-               if line.startswith("vllm_specdec_exporter_polls_total{"))
+               if line.startswith("vllm_specdec_exporter_polls_total{") and f'result="{result}"' in line)
 
 
 def test_healthz_answers_fast_while_the_biggest_payload_is_parsed():
@@ -78,6 +78,7 @@ def test_healthz_answers_fast_while_the_biggest_payload_is_parsed():
                 assert status == 200
                 time.sleep(0.02)
             assert vllm.requests >= first + 1, "the exporter stopped polling"
+            assert polls_done(port) >= 2  # whole parses, not timeouts
             status, metrics = get(port, "/metrics", timeout=5)
             assert status == 200 and len(metrics) < 2 * 1024 * 1024  # 60,000 engines: 512 held
             latencies.sort()

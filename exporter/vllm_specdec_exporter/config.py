@@ -112,6 +112,9 @@ MAX_DRAFTS_PER_SECOND = 100_000
 # Payloads above this are parsed in a worker process, so /healthz and /metrics keep
 # answering while a 32 MiB payload is read (a few seconds of Python).
 PARSE_IN_WORKER_BYTES = 256 * 1024
+# A parse that takes longer (the worker died, or the machine is starved) fails the
+# poll as result="error" and the worker process is replaced.
+PARSE_TIMEOUT_SECONDS = 120
 
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's

@@ -15,6 +15,8 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 
 import aiohttp
@@ -388,31 +390,32 @@ _RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
 _POOL: list = []  # the one parsing process, started on the first big payload
 
 
-def _pool():
+def _pool() -> ProcessPoolExecutor:
     if not _POOL:
         # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
-        # threaded process can deadlock.
-        _POOL.append(multiprocessing.get_context("spawn").Pool(1))
+        # threaded process can deadlock. A ProcessPoolExecutor (not multiprocessing.Pool)
+        # notices a worker that died and fails its future instead of waiting forever.
+        _POOL.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
     return _POOL[0]
 
 
 def close_parse_pool() -> None:
     """Kill the parsing process (at shutdown: a parse in progress must not hold up SIGTERM)."""
     while _POOL:
-        _POOL.pop().terminate()
+        pool = _POOL.pop()
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.kill()
 
 
 async def _in_worker(fn, *args):
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def settle(value, error) -> None:
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(value)
-
-    def callback(value=None, error=None) -> None:  # in the pool's result thread
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, value, error)
-
-    _pool().apply_async(fn, args, callback=callback, error_callback=lambda e: callback(error=e))
-    return await future
+    try:
+        future = asyncio.get_running_loop().run_in_executor(_pool(), fn, *args)
+        # A starved or stuck worker must not hold the poll forever.
+        return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
+    except (asyncio.TimeoutError, BrokenProcessPool) as e:
+        close_parse_pool()  # the next big payload starts a fresh process
+        what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, asyncio.TimeoutError) else "died"
+        raise _WorkerError(f"the parsing process {what}; it was replaced", "") from None
