@@ -456,18 +456,23 @@ def churn(polls: int, interval: str, config: str = "") -> dict:
     def counter(text: str, name: str) -> float:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
-    with LoopbackServer(lambda n: prom(body(n))) as vllm, tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg:
+    with LoopbackServer(lambda n: prom(body(n))) as vllm, tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg, \
+            tempfile.TemporaryFile() as logs:  # a file, not a pipe nobody drains: 600 polls of logs fill one
         cfg.write(f"targets: [{{url: '{vllm.url}'}}]\n{config}")
         cfg.flush()
         proc = subprocess.Popen([cli_path(), "serve", "--config.file", cfg.name, "--poll.interval", interval,
                                  "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=logs)
         try:
-            port = None
-            while port is None:
-                record = _json.loads(proc.stderr.readline())
-                if record["event"] == "listening":
-                    port = int(record["address"].rsplit(":", 1)[1])
+            port, deadline = None, time.monotonic() + 60
+            while port is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                logs.seek(0)
+                for line in logs.read().decode().splitlines():
+                    record = _json.loads(line)
+                    if record["event"] == "listening":
+                        port = int(record["address"].rsplit(":", 1)[1])
+            assert port, "serve did not start"
             deadline = time.monotonic() + polls * 2 + 120
             while vllm.requests < polls and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -484,8 +489,6 @@ def churn(polls: int, interval: str, config: str = "") -> dict:
         finally:
             proc.terminate()
             proc.wait(30)
-            proc.stderr.close()
-            proc.stdout.close()
 
 
 def test_churn_of_engine_labels_stays_bounded():

@@ -158,6 +158,7 @@ class TargetPoller:
         self._seen_warnings: set[str] = set()
         self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
+        self._appeared_logged = 0
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
     def _headers(self) -> dict[str, str]:
@@ -283,8 +284,11 @@ class TargetPoller:
             self._warn_once(f"{series_name(key)[:300]}: inconsistent poll, nothing added to the windows: {reason}")
         for key in observation.restarted:
             log.info("counter_reset", target=self.target.name, series=series_name(key)[:300])
-        for key in observation.appeared[:10]:  # a flood of engines is not a flood of log lines
-            log.info("engine_appeared", target=self.target.name, series=series_name(key)[:300])
+        for key in observation.appeared:
+            self._appeared_logged += 1
+            if self._appeared_logged <= 100:  # churn of labels is not a flood of log lines
+                log.info("engine_appeared", target=self.target.name, series=series_name(key)[:300],
+                         note="the last one logged" if self._appeared_logged == 100 else None)
         for message in snapshot.warnings:
             self._warn_once(message)
         self.view = replace(
