@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -113,9 +114,10 @@ class VllmServer:
     """One `vllm serve` process tree on 127.0.0.1:port, logging into scratch/NAME.log."""
 
     def __init__(self, venv: Path, model: Path, scratch: Path, cache: Path, name: str, port: int,
-                 spec: dict | None, extra: tuple[str, ...] = ()):
+                 spec: dict | None, extra: tuple[str, ...] = (), movable: bool = True):
         self.venv, self.model, self.scratch, self.cache = venv, model, scratch, cache
         self.name, self.port, self.spec, self.extra = name, port, spec, extra
+        self.movable = movable  # may move to another free port if someone took this one meanwhile
         self.log = scratch / f"{name}.log"
         self.proc: subprocess.Popen | None = None
         self.started_seconds: float | None = None
@@ -156,6 +158,10 @@ class VllmServer:
     def wait_ready(self, timeout: float = 600) -> None:
         def ready() -> bool:
             if self.proc.poll() is not None:
+                if self.movable and "Address already in use" in self.tail():
+                    self.port = free_port()
+                    self.launch()
+                    return False
                 raise E2EError(f"vllm serve ({self.name}) exited with {self.proc.returncode}:\n{self.tail()}")
             return http_get(self.url + "/health", timeout=2)[0] == 200
 
@@ -278,3 +284,52 @@ class Sidecar:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+class Forwarder:
+    """A TCP forwarder on 127.0.0.1 (its port read back) to a backend port that can change.
+
+    The sidecar polls vLLM through it, so one URL is served first by one vLLM and, after
+    that one stops, by a freshly started one: a restart as the sidecar sees it (a pod
+    restarted behind its Service), without waiting for the second server to boot after
+    the first has stopped. Connections go to the backend current when they are accepted.
+    """
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.backend: int | None = None
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.backend or 1), timeout=5)
+            except OSError:
+                client.close()  # backend down: the caller sees the connection dropped
+                continue
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:  # either side closing ends the connection both ways
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            src.close()  # the other thread, woken by the shutdown, closes dst
+
+    def close(self) -> None:
+        self.sock.close()
