@@ -122,6 +122,14 @@ def dashboard() -> dict:
         targets((ratio("position_conditional_acceptance_ratio"), "{{model_name}} position {{position}}")),
         "percentunit", min_=0, max_=1), 6, 8)
 
+    lay.add(timeseries(
+        "Acceptance-count distribution", "Share of drafts (verify steps) that accepted exactly 0, 1, ... k draft "
+        "tokens over $window (per_pos[j-1] - per_pos[j] over drafts): the acceptance histogram of benchmark tools, "
+        "over time. Healthy MTP: most steps accept all k or k-1. Bad: everything at 0 (the draft head produces "
+        "garbage), or piled at 1 (the chain breaks after the first position).",
+        targets((ratio("acceptance_count_ratio"), "{{model_name}} accepted {{accepted}}")), "percentunit",
+        min_=0, max_=1), 24, 8)
+
     lay.row("Throughput")
     lay.add(timeseries(
         "Drafted, accepted and rejected tokens", "Draft tokens proposed, accepted and rejected per second over "

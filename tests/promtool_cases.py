@@ -549,10 +549,32 @@ def fleet_group(v: str) -> dict:
                  [check("40m", "VLLMSpecDecodeAcceptanceCollapsed", expected)])
 
 
+def distribution_group(v: str) -> dict:
+    """The acceptance-count distribution rule: drafts that accepted exactly j, as a share, by hand
+    from the survival figures (exactly 0 = 1 - pos0, exactly j = pos[j-1] - pos[j], exactly k = pos[k-1])."""
+    s = deployment(v, "pro-native-k2", PRO, [(PRO_HEALTHY, 30)])  # 0.924 / 0.687
+    s += deployment(v, "pro-native-k1", PRO, [(mix(1000, [911]), 30)])  # 91.1 %
+    s += deployment(v, "pro-broken", PRO, [(PRO_BROKEN, 30)])  # 235 / 5 of 6590
+    rule = "namespace_pod_model_name:vllm_specdec_acceptance_count_ratio:ratio_rate5m"
+
+    def sample(pod: str, accepted: int, value: float) -> dict:
+        labels = ",".join(f'{k}="{x}"' for k, x in {**pod_labels(pod, PRO), "accepted": str(accepted)}.items())
+        return {"labels": f"{{{labels}}}", "value": value}
+
+    # 1 - 0.924 = 0.076, 0.924 - 0.687 = 0.237, 0.687; 1 - 0.911 = 0.089, 0.911;
+    # broken: (6590 - 235) / 6590 = 0.964340, (235 - 5) / 6590 = 0.034901, 5 / 6590 = 0.000759.
+    # Compared to 6 decimals (promtool compares floats exactly).
+    expected = [sample("pro-native-k2", 0, 0.076), sample("pro-native-k2", 1, 0.237), sample("pro-native-k2", 2, 0.687),
+                sample("pro-native-k1", 0, 0.089), sample("pro-native-k1", 1, 0.911),
+                sample("pro-broken", 0, 0.96434), sample("pro-broken", 1, 0.034901), sample("pro-broken", 2, 0.000759)]
+    return {"name": "the acceptance-count distribution", "interval": "1m", "input_series": s,
+            "promql_expr_test": [{"expr": f"round({rule} * 1e6) / 1e6", "eval_time": "20m", "exp_samples": expected}]}
+
+
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), fleet_group(variant), dropped_group(variant),
-              not_drafting_group(variant), wasted_and_high_group(variant)]
+              not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant)]
     groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}

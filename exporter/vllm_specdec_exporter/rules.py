@@ -203,6 +203,17 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
                             f'"position", "{i}", "position", ".*")' for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
                 record(name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"),
                        "\n  or ".join(clauses))
+                # The acceptance-count distribution: drafts that accepted exactly j tokens, as a share,
+                # = survival[j-1] - survival[j] (survival[-1] = 1, survival[k] = 0: a missing position
+                # counts as 0). The position label goes, `accepted` = j comes.
+                surv = name(level, "position_acceptance_ratio", f"ratio_rate{w}")
+                clauses = [f'1 - {surv}{{position="0"}}']
+                clauses += [f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
+                            f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
+                            for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)]
+                clauses = [f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")'
+                           for j, x in enumerate(clauses)]
+                record(name(level, "acceptance_count_ratio", f"ratio_rate{w}"), "\n  or ".join(clauses))
             finer = level
 
     # k, the baseline, and the day-long history the drop alert compares against (alert level only).
