@@ -64,7 +64,7 @@ test: $(STAMP) tools
 ## data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line
 .PHONY: e2e-vllm
 e2e-vllm: $(STAMP)
-	sh tests/e2e_vllm/setup_env.sh .e2e/venv
+	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py
 
 ## bench: performance ratios and figures, measured side by side in one run

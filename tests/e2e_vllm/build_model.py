@@ -1,8 +1,9 @@
 """Build a tiny Llama, its tokenizer and an EAGLE-1 head, with no download.
 
-Usage (with the e2e venv's python): build_model.py OUT_DIR
-Writes OUT_DIR/target (model + tokenizer) and OUT_DIR/eagle (the head), then
-OUT_DIR/.built. Everything is seeded; on one thread it takes about a minute.
+Usage (with the e2e venv's python): build_model.py MODELS_DIR
+Builds, unless already there, MODELS_DIR/<hash of this file>/ (model_cache.py):
+target/ (model + tokenizer), eagle/ (the head) and .built. Everything is seeded; on
+one thread it takes about a minute.
 
 The corpus is generated, repetitive text, so a target trained for seconds writes
 fluent-looking loops (ngram drafting finds matches in them) and a head trained for
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +25,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from model_cache import model_dir
 
 SEED = 1234
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 128, 2, 2, 384
@@ -163,7 +167,12 @@ def train_eagle(target: LlamaForCausalLM, ids: list[int], rng: random.Random, ou
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
+    final = model_dir(Path(sys.argv[1]))
+    if (final / ".built").exists():
+        print(f"{final} is already built")
+        return 0
+    out = final.with_suffix(".tmp")
+    shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()
     torch.manual_seed(SEED)
     torch.set_num_threads(1)  # two threads were ~8x slower on the shared cores
@@ -177,7 +186,9 @@ def main() -> int:
     print(f"target: {time.monotonic() - started:.1f} s")
     train_eagle(target, ids, rng, out / "eagle")
     (out / ".built").write_text(f"{time.monotonic() - started:.1f}\n")
-    print(f"built {out} in {time.monotonic() - started:.1f} s")
+    shutil.rmtree(final, ignore_errors=True)
+    out.rename(final)
+    print(f"built {final} in {time.monotonic() - started:.1f} s")
     return 0
 
 

