@@ -20,13 +20,21 @@ import yaml
 from promtool_cases import FLASH, FLASH_SAMPLING_BUG, PRO, PRO_BROKEN, PRO_HEALTHY, deployment, mix
 
 REPO = Path(__file__).resolve().parent.parent
-ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
+ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
           "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
           "VLLMSpecDecodeAcceptanceDropped")
 BREAK, END = 60, 110
 
+
+
+def per_second(drafts: float, survival: list[float]) -> dict:
+    return mix(60 * drafts, [60 * drafts * x for x in survival])
+
+
 # name -> (model, healthy engines, broken engines): each a list of per-engine mixes.
 FIGURES = {
+    **{f"broken V4-Pro head at {n:,} drafts/s": (PRO, [per_second(n, [0.924, 0.687])],
+                                                 [per_second(n, [235 / 6590, 5 / 6590])]) for n in (10, 100, 1000)},
     "broken V4-Pro MTP head, k=2 (AL 1.036)": (PRO, [PRO_HEALTHY], [PRO_BROKEN]),
     "one dead rank of DP=8 at the broken-head figures (model AL 2.41)": (
         PRO, [PRO_HEALTHY] * 8, [PRO_BROKEN if e == 3 else PRO_HEALTHY for e in range(8)]),

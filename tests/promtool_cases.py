@@ -429,9 +429,10 @@ def noisy(drafts: float, pos: list[float], f: float, d: float = 1.0) -> dict:
 
 
 NOISE = [(1.00, 1.0), (0.97, 1.1), (1.03, 0.9), (0.96, 1.05), (1.04, 0.95), (0.98, 1.0), (1.02, 1.1), (0.95, 0.92)]
-DETECTION_ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
+DETECTION_ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
                     "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline")
-CRITICAL = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed"}
+CRITICAL = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast",
+            "VLLMSpecDecodeEngineCollapsed"}
 SERVED = "DSV4-W4A16-FP8-MTP"  # --served-model-name: matches no profile regex
 
 
@@ -549,6 +550,50 @@ def fleet_group(v: str) -> dict:
                  [check("40m", "VLLMSpecDecodeAcceptanceCollapsed", expected)])
 
 
+def collapsed_fast(pod: str, model: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical", pod_labels(pod, model),
+                 "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
+                 "accepted.",
+                 f"Mean acceptance length of {where(pod, model)} is {value} over the last 2m with at least 10 "
+                 f"drafts/s: enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the "
+                 f"draft head (quantised conversion, loader) or draft sampling.")
+
+
+def per_second(drafts: float, survival: list[float]) -> dict:
+    """A mix at `drafts` per second (per-minute increments), positions as survival shares."""
+    return mix(60 * drafts, [60 * drafts * x for x in survival])
+
+
+def fast_collapse_group(v: str) -> dict:
+    """The fast page: AL over 2m < 1.1 with >= 10 drafts/s, for 2m. Broken head: survival
+    0.0357 / 0.0008 (235 / 5 of 6590 drafts)."""
+    broken, healthy = [235 / 6590, 5 / 6590], [0.924, 0.687]
+    s = []
+    s += deployment(v, "pro-broken-110", PRO, [(PRO_HEALTHY, 60), (PRO_BROKEN, 60)])  # 6,590 drafts/min
+    s += deployment(v, "pro-broken-1000", PRO, [(per_second(1000, healthy), 60), (per_second(1000, broken), 60)])
+    s += deployment(v, "pro-broken-10.1", PRO, [(per_second(10.1, broken), 120)])  # just over the floor
+    s += deployment(v, "pro-broken-9.9", PRO, [(per_second(9.9, broken), 120)])  # just under: the slow path
+    s += deployment(v, "pro-boundary-fire", PRO, [(BOUNDARY_FIRE, 120)])  # AL 1.098 at 16.7 drafts/s
+    s += deployment(v, "pro-boundary-quiet", PRO, [(BOUNDARY_QUIET, 120)])  # AL 1.102
+    s += deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 120)])
+    s += deployment(v, "pro-restart", PRO, [(PRO_HEALTHY, 40), ("restart",), (PRO_HEALTHY, 80)])
+    s += deployment(v, "pro-idle-broken", PRO, [(IDLE_BROKEN, 120)])
+    s += deployment(v, "flash-random-tokens", FLASH, [(FLASH_SAMPLING_BUG, 120)])  # AL 1.206 at 16.7/s
+    s += deployment(v, "flash-k1-worst", FLASH, [(mix(1000, [660]), 120)])
+    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 60), ("restart",),
+                                                  (mix(1000, [800]), 60)])
+    Q = "VLLMSpecDecodeAcceptanceCollapsedFast"
+    always = [collapsed_fast("pro-broken-10.1", PRO, "1.036"), collapsed_fast("pro-boundary-fire", PRO, "1.098")]
+    broke = [collapsed_fast("pro-broken-110", PRO, "1.036"), collapsed_fast("pro-broken-1000", PRO, "1.036")]
+    return group("fast page: a total collapse at >= 10 drafts/s within 5 minutes; nothing else pages", s, [
+        check("3m", Q, []),
+        check("50m", Q, always),
+        check("63m", Q, always),  # 3 minutes after onset: the 2m window is broken, pending
+        check("64m", Q, [*always, *broke]),  # 4 minutes after onset
+        check("110m", Q, [*always, *broke]),
+    ])
+
+
 def distribution_group(v: str) -> dict:
     """The acceptance-count distribution rule: drafts that accepted exactly j, as a share, by hand
     from the survival figures (exactly 0 = 1 - pos0, exactly j = pos[j-1] - pos[j], exactly k = pos[k-1])."""
@@ -574,7 +619,8 @@ def distribution_group(v: str) -> dict:
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), fleet_group(variant), dropped_group(variant),
-              not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant)]
+              not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
+              fast_collapse_group(variant)]
     groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}

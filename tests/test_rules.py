@@ -21,8 +21,8 @@ from vllm_specdec_exporter.settings import default_profiles
 
 ALERTS = REPO / "alerts"
 ALERT_NAMES = [
-    "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
-    "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
+    "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed",
+    "VLLMSpecDecodeEngineLagging", "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
     "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown",
     "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated",
     "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",

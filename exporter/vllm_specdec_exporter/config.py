@@ -155,6 +155,22 @@ class Detection:
 
 
 DETECTION = Detection()
+
+# --- Diagnosis: the likely cause of a fall, from the same counters (health.diagnose). A hint,
+# never a certainty: where two causes fit, both are named. Figures from baselines.md. ---
+CAUSES = ("draft_head_garbage", "chain_break", "one_rank", "configuration_change", "workload_shift", "too_good")
+# Draft head garbage: position 0 accepted in under 10 % of drafts on EVERY engine. Broken:
+# the bad MTP conversion 3.6 % (235 / 6590), the mis-wired k=3 layer 7 %. Not broken: the
+# lowest is random-token load at 14.9 % (healthy real traffic >= 66 %).
+DIAG_GARBAGE_POSITION0 = 0.10
+# Chain break: position 0 healthy (>= Detection.position0_floor) but a later position's
+# conditional acceptance under 10 %. Healthy conditionals: V4-Pro 0.743 at position 1, the
+# golden curves >= 0.2 up to k=5; a draft trained for 1 step (or a mis-wired later layer)
+# gives ~0 beyond it.
+DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
+# Too good to be true: acceptance above this (the SuspiciouslyHigh alert's 98 %): repetition
+# loops, a broken detector or broken metrics. No real workload in baselines.md exceeds 96 %.
+DIAG_TOO_GOOD_ACCEPTANCE = 0.98
 # The names shared by config.yaml's `health:`, Helm's `config.health` and rules.py.
 DETECTION_KEYS = tuple(Detection.__dataclass_fields__)
 
@@ -221,6 +237,19 @@ ALERT_MIN_GENERATION_TOKENS_PER_SECOND = 1.0
 # How long each verdict must hold before its alert fires. Collapsed (critical): 10m,
 # two full 5m windows, so one bad batch never pages. The warnings: 15m.
 ALERT_COLLAPSE_FOR = "10m"
+# The fast page (VLLMSpecDecodeAcceptanceCollapsedFast): the same AL < 1 + collapse_margin,
+# over ALERT_FAST_COLLAPSE_RANGE, only with at least ALERT_FAST_COLLAPSE_MIN_DRAFTS_PER_SECOND,
+# for ALERT_FAST_COLLAPSE_FOR: about 4 minutes from onset at a 1m evaluation interval. 10
+# drafts/s x 2m = 1,200 drafts. AL - 1 >= position 0's share, so a window reads AL < 1.1 only
+# if under 10 % of its drafts accepted position 0; the lowest non-broken position 0 in
+# baselines.md is random-token benchmark load (0.149, AL 1.19-1.21; real traffic: >= 0.66).
+# Binomial (Chernoff) bound: P(share < 0.10 | p = 0.149, n = 1,200) <= exp(-n KL(0.10 || 0.149))
+# = exp(-1200 x 0.0105) = 3e-6 per window; at 100 drafts/s (12,000 drafts) e-126. The broken
+# head (p = 0.036) reads >= 0.10 with P <= exp(-1200 x 0.0403) = e-48. Below the floor the
+# slow path (5m, for 10m) still pages. The range must hold >= 2 scrapes (scrape interval <= 1m).
+ALERT_FAST_COLLAPSE_RANGE = "2m"
+ALERT_FAST_COLLAPSE_FOR = "2m"
+ALERT_FAST_COLLAPSE_MIN_DRAFTS_PER_SECOND = 10.0
 ALERT_ENGINE_COLLAPSE_FOR = "10m"
 ALERT_BELOW_BASELINE_FOR = "15m"
 ALERT_POSITION0_FOR = "15m"
@@ -246,7 +275,7 @@ ALERT_EXPORTER_ABSENT_FOR = "10m"
 ALERT_WASTED_POSITION_RATE = 0.05
 ALERT_WASTED_FOR = "30m"
 # Suspiciously high: > 98 % over 30m goes with repetition loops.
-ALERT_HIGH_ACCEPTANCE_RATE = 0.98
+ALERT_HIGH_ACCEPTANCE_RATE = DIAG_TOO_GOOD_ACCEPTANCE
 ALERT_HIGH_FOR = "5m"
 ALERT_INVARIANT_FOR = "0m"
 RUNBOOK_BASE_URL = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"

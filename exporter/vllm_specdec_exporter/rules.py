@@ -58,6 +58,7 @@ ALERT_ONLY_THRESHOLDS = {
     "min_generation_tokens_per_second": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
     "wasted_position_ratio": c.ALERT_WASTED_POSITION_RATE,
     "suspicious_acceptance_ratio": c.ALERT_HIGH_ACCEPTANCE_RATE,
+    "fast_collapse_min_drafts_per_second": c.ALERT_FAST_COLLAPSE_MIN_DRAFTS_PER_SECOND,
 }
 THRESHOLD_KEYS = tuple(k for k in c.DETECTION_KEYS if k != "window") + tuple(ALERT_ONLY_THRESHOLDS)
 
@@ -90,6 +91,7 @@ class Options:
 
 DEFAULT_FORS = {
     "VLLMSpecDecodeAcceptanceCollapsed": c.ALERT_COLLAPSE_FOR,
+    "VLLMSpecDecodeAcceptanceCollapsedFast": c.ALERT_FAST_COLLAPSE_FOR,
     "VLLMSpecDecodeEngineCollapsed": c.ALERT_ENGINE_COLLAPSE_FOR,
     "VLLMSpecDecodeEngineLagging": c.ALERT_ENGINE_LAG_FOR,
     "VLLMSpecDecodeFirstPositionAcceptanceLow": c.ALERT_POSITION0_FOR,
@@ -105,7 +107,8 @@ DEFAULT_FORS = {
 
 
 def default_options(**changes) -> Options:
-    return Options(ranges={w: w for w in c.RULE_WINDOWS}, fors=dict(DEFAULT_FORS),
+    ranges = {w: w for w in (*c.RULE_WINDOWS, c.ALERT_FAST_COLLAPSE_RANGE)}
+    return Options(ranges=ranges, fors=dict(DEFAULT_FORS),
                    thresholds=default_thresholds(), **changes)
 
 
@@ -266,6 +269,19 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
           f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {w} (1.0 means no draft "
           f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
           f"suspect the draft head (quantised conversion, loader) or draft sampling.")
+    # The fast page: at production traffic a collapse is certain within a couple of minutes
+    # (config.ALERT_FAST_COLLAPSE_*: the binomial bound); below the floor the slow path pages.
+    fr = o.ranges.get(c.ALERT_FAST_COLLAPSE_RANGE, c.ALERT_FAST_COLLAPSE_RANGE)
+    fd = f"sum by ({by(lv[L])}) (rate({src.drafts}{_sel(o)}[{fr}]))"
+    fa = f"sum by ({by(lv[L])}) (rate({src.accepted}{_sel(o)}[{fr}]))"
+    alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical",
+          f"1 + {fa}\n  / ({fd} >= {t['fast_collapse_min_drafts_per_second']})\n< {collapse}",
+          "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
+          "accepted.",
+          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over the last "
+          f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {t['fast_collapse_min_drafts_per_second']} drafts/s: "
+          f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
+          f"(quantised conversion, loader) or draft sampling.")
     alert("VLLMSpecDecodeEngineCollapsed", "critical",
           f"{eal5} < {collapse}\nand {eon} {ed5} > {floor}\nunless {on} {al5} < {collapse}",
           "One engine's speculative decoding has collapsed while its siblings are healthy.",
