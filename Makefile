@@ -77,7 +77,7 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_properties.py --timeout=3600
 
-## soak: the two-hour soak of the sidecar under tracemalloc (~3 min); make test runs a cheaper 30-minute form
+## soak: the two-hour soak of the sidecar under tracemalloc (~3 min) and 10 minutes of engine-label churn at a 1 s poll against the real serve process (~10 min); make test runs cheaper forms of both
 soak: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/test_faults.py --timeout=1800
 
