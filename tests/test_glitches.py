@@ -202,34 +202,46 @@ def test_a_real_restart_is_still_a_restart():
 
 # --- 1. the poller never dies; labels are arbitrary strings ---
 
-HOSTILE_ENGINES = ["²", "7" * 250, "٣", 'a"b\\c\nd', "<script>alert(1)</script>", "\u202e", " ", "-1", "1e3"]
+HOSTILE_ENGINES = ["²", "7" * 250, "٣", 'a"b\\c\nd', "<script>alert(1)</script>", "\u202e", " ", "-1", "1e3",
+                   "\x1b[31mred"]
 TOO_LONG = "7" * 4301  # over config.MAX_LABEL_VALUE_LENGTH: refused with a warning
 
 
 def test_any_engine_label_is_served_and_ordered():
-    lines = []
-    for i, engine in enumerate(["0", "10", "2", *HOSTILE_ENGINES, TOO_LONG]):
-        esc = engine.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        lines += [ln.replace('engine="X"', f'engine="{esc}"') for ln in
-                  engine_lines(1000 * (i + 1), 0, engine="X", positions=(900.0 * (i + 1), 600.0 * (i + 1)))]
-    body = payload(lines)
+    def body(scale: int) -> bytes:
+        lines = []
+        for i, engine in enumerate(["0", "10", "2", *HOSTILE_ENGINES, TOO_LONG]):
+            esc = engine.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            d = 1000 * (i + 1) * scale
+            lines += [ln.replace('engine="X"', f'engine="{esc}"') for ln in
+                      engine_lines(d, 0, engine="X", positions=(0.9 * d, 0.6 * d))]
+        return payload(lines)
 
     async def go():
+        n = {"i": 0}
+
         async def handle(request):
-            return web.Response(body=body, content_type="text/plain")
-        async with exporter(handle) as (app, url, session, clock):
-            assert await app[POLLERS][0].poll_once() == "success"
-            assert await app[POLLERS][0].poll_once() == "success"  # the engine ordering ran on both
-            m = await scrape(session, url)
+            n["i"] += 1
+            return web.Response(body=body(n["i"]), content_type="text/plain")
+        windows = {"windows": ["20s", "1m", "5m", "15m", "1h"]}  # 20s: the demo's window
+        async with exporter(handle, windows) as (app, url, session, clock):
+            assert await poll_for(app, clock, 15) == ["success"] * 3  # the engine ordering ran on each
+            async with session.get(url + "/metrics") as resp:
+                raw = await resp.read()
+            m = parse(raw).samples
             engines = [s.labels["engine"] for s in m[f"{P}_drafts_total"]]
             assert sorted(engines) == sorted(["0", "10", "2", *HOSTILE_ENGINES])
-            assert one(m, f"{P}_up") == 1 and one(m, f"{P}_exporter_polls_total", result="success") == 2
+            assert one(m, f"{P}_up") == 1 and one(m, f"{P}_exporter_polls_total", result="success") == 3
+            assert len(m[f"{P}_engine_mean_acceptance_length"]) == 5 * len(engines)
             async with session.get(url + "/api/v1/summary?window=1m") as resp:
-                summary = json.loads(await resp.text())  # valid JSON
+                summary = strict_json(await resp.text())
             assert list(summary["models"]["m"]["engines"])[:3] == ["0", "2", "10"]  # numbers first, in order
             async with session.get(url + "/") as resp:
                 page = await resp.text()
             assert resp.status == 200 and "<script>alert" not in page
+            from vllm_specdec_exporter.demo import render_frame  # the demo's terminal view
+            frame = render_frame(raw, 1.0, "http://sim", url)
+            assert "per engine AL  0:2.50  2:2.50  10:2.50" in frame and "\x1b" not in frame
     asyncio.run(go())
 
 

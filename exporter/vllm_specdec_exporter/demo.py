@@ -14,9 +14,10 @@ from aiohttp import web
 from . import config
 from .collector import P
 from .parser import parse
-from .render import bar
+from .render import _safe, bar
 from .settings import build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
+from .summary import engine_order
 from .web import create_app, start_site
 
 # A short health window, so the view names a broken engine within seconds of the break
@@ -53,11 +54,11 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
         bad = sorted(((s.labels["engine"], s.labels[f"{P}_engine_health"]) for s in values("engine_health", model_name=model)
                       if s.value == 1.0 and s.labels[f"{P}_engine_health"] in ("collapsed", "degraded")),
                      key=lambda es: (len(es[0]), es[0]))
-        why = f"  ({', '.join(f'engine {e} {st}' for e, st in bad)})" if bad else ""
+        why = f"  ({', '.join(f'engine {_safe(e, 24)} {st}' for e, st in bad)})" if bad else ""
         al = values("mean_acceptance_length", model_name=model, window=DEMO_WINDOW)
         base = values("baseline_mean_acceptance_length", model_name=model)
         drafts = values("window_drafts", model_name=model, window=DEMO_WINDOW)
-        lines.append(f"model {model}   k={k}   figures and health over the last {DEMO_WINDOW}   "
+        lines.append(f"model {_safe(model)}   k={k}   figures and health over the last {DEMO_WINDOW}   "
                      f"health: {state.upper()}{why}")
         lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}"
                      f"   baseline {base[0].value if base else float('nan'):.2f}   ceiling {k + 1:.2f}"
@@ -67,9 +68,9 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
         engines = sorted(values("engine_mean_acceptance_length", model_name=model, window=DEMO_WINDOW),
-                         key=lambda s: int(s.labels["engine"]) if s.labels["engine"].isdigit() else 0)
+                         key=lambda s: engine_order(s.labels["engine"]))  # any label string
         if engines:
-            cells = [f"{s.labels['engine']}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
+            cells = [f"{_safe(s.labels['engine'], 24)}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
                      for s in engines]
             lines.append("  per engine AL  " + "  ".join(cells))
         lines.append("")
