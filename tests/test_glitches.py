@@ -468,3 +468,27 @@ def test_a_parsing_process_that_dies_fails_one_poll_not_the_poller():
             assert await poller.poll_once() == "success"  # a fresh process
             assert one(await scrape(session, url), f"{P}_up") == 1
     asyncio.run(go())
+
+
+def test_invariant_violations_of_a_window_are_in_the_model_view():
+    """Counters that break vLLM's invariants (accepted above draft tokens, AL 10 at k=2)
+    are still read; the view carries the violations for health to use."""
+    async def go():
+        n = {"i": 0}
+
+        async def handle(request):
+            n["i"] += 1
+            d = 1000 * n["i"]
+            lab = 'engine="0",model_name="m"'
+            return web.Response(body=payload([f"{V1}drafts_total{{{lab}}} {d}", f"{V1}draft_tokens_total{{{lab}}} {2 * d}",
+                                              f"{V1}accepted_tokens_total{{{lab}}} {9 * d}",
+                                              f'{V1}accepted_tokens_per_pos_total{{{lab},position="0"}} {0.9 * d:.0f}',
+                                              f'{V1}accepted_tokens_per_pos_total{{{lab},position="1"}} {0.6 * d:.0f}']),
+                                content_type="text/plain")
+        async with exporter(handle) as (app, url, session, clock):
+            await poll_for(app, clock, 15)
+            view = app[POLLERS][0].view
+            warnings = view.models[0].windows["1m"].stats.warnings
+            assert any("accepted=" in w and "exceeds draft_tokens" in w for w in warnings), warnings
+            assert view.invariant_violations > 0
+    asyncio.run(go())

@@ -121,8 +121,10 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
                                  ratio(c.accepted, c.draft_tokens))
                 for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
             }
-            per_model[model][label] = ModelWindow(window.span_seconds, derive(sum_counters(engines.values()), span),
-                                                  engines_fig)
+            total = sum_counters(engines.values())
+            # The window's invariant violations ride along in Stats.warnings (health reads them).
+            checks = invariant_violations(total, series_name((model, "sum"))[:300])
+            per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
                 judged[model] = judge(engines, span, profiles[model], settings.detection, settings.min_drafts)
