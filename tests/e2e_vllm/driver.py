@@ -100,6 +100,7 @@ class SpecLine:
     drafted: int
     per_position: tuple[float, ...]
     acceptance_percent: float
+    text: str  # the log line as vLLM wrote it
 
 
 def parse_spec_line(line: str) -> SpecLine | None:
@@ -107,7 +108,7 @@ def parse_spec_line(line: str) -> SpecLine | None:
     if not m:
         return None
     return SpecLine(float(m["al"]), int(m["accepted"]), int(m["drafted"]),
-                    tuple(float(x) for x in m["per_pos"].split(",")), float(m["rate"]))
+                    tuple(float(x) for x in m["per_pos"].split(",")), float(m["rate"]), line)
 
 
 class VllmServer:

@@ -180,6 +180,7 @@ def oracle_interval(r: Run, server: VllmServer, label: str, requests: int, max_t
         raise E2EError(f"{label}: every interval spanned a stats tick ({len(lines)} lines)")
     (r.scratch / f"{label}-before.prom").write_text(before)
     (r.scratch / f"{label}-after.prom").write_text(after)
+    (r.scratch / f"{label}-line.log").write_text(lines[0].text + "\n")
     out = cli_json("diff", str(r.scratch / f"{label}-before.prom"), str(r.scratch / f"{label}-after.prom"))
     return out, lines[0]
 
@@ -269,6 +270,7 @@ def test_spec_decode_off_reads_as_such(run):
     try:
         drive_load(server.url, 2, 16)
         raw = server.metrics()
+        (run.scratch / "no-spec.prom").write_text(raw)
         assert "vllm:spec_decode" not in raw, "spec-decode families with spec decode off"
         res = run_cli("report", server.url + "/metrics")
         assert res.returncode == 2, res
@@ -291,6 +293,7 @@ def test_data_parallel_2_multiprocess_mode(run):
     try:
         drive_load(server.url, 8, 32)
         raw = server.metrics()
+        (run.scratch / "dp2.prom").write_text(raw)
         found = samples(raw)
         # More than one API server: prometheus_client in multiprocess mode, no _created.
         assert not [n for n, _ in found if n.endswith("_created")], "_created with two API servers"
