@@ -80,6 +80,7 @@ def test_llamacpp_engine_is_kept_before_the_first_speculative_request():
     s = diff("llamacpp-start.prom", "llamacpp-before.prom")  # the position series appear: k 0 -> 3
     check(s["models"][""]["all"], num_drafts=100, mean_acceptance_length=2.8, acceptance_rate=0.6,
           per_position_acceptance=[0.8, 0.6, 0.4], k=3)
+    assert not any("restart" in w for w in s["warnings"]), s["warnings"]  # positions appearing is growth
 
 
 def test_llamacpp_restart():

@@ -213,3 +213,35 @@ def test_the_cap_forgets_the_engine_unseen_longest_and_refuses_when_all_are_serv
     assert h.held() == 3 and set(h.latest.totals) == {e[0], e[1], e[8]}
     kept, refused, _ = h.admit({e[0]: c(50), ("x", "0"): c(1)}, cap=10, max_models=1)
     assert list(kept) == [e[0]] and refused == 1  # a second model in one poll, over max_models
+
+
+def test_lazy_position_series_appearing_is_growth_not_a_glitch():
+    """llama.cpp (and vLLM's Rust frontend) create the per-position series with the
+    first speculative step: k=0 with nothing drafted, then k=3. The first step's
+    drafts count in every window, with no inconsistent poll and no restart."""
+    h = TargetHistory(WINDOWS, 4000)
+    empty = Counters(0, 0, 0, (), 420)
+    h.observe(0, {KEY: empty})
+    obs = h.observe(5, {KEY: empty})
+    assert obs.inconsistent == () and obs.increments[KEY].drafts == 0
+    first = Counters(100, 300, 180, (80, 60, 40), 700)
+    obs = h.observe(10, {KEY: first})
+    assert obs.inconsistent == () and obs.restarted == ()
+    assert obs.increments[KEY] == Counters(100, 300, 180, (80, 60, 40), 280)
+    obs = h.observe(15, {KEY: Counters(150, 440, 240, (115, 75, 50), 800)})
+    assert obs.inconsistent == () and obs.increments[KEY].drafts == 50
+    for label, _ in WINDOWS:
+        w = h.window(label).engines[KEY]
+        # Worked by hand: 150 drafts, 240 accepted (AL 2.6), 800 - 420 generation tokens.
+        assert (w.drafts, w.draft_tokens, w.accepted, w.per_position, w.generation_tokens) == (
+            150, 440, 240, (115, 75, 50), 380)
+
+
+def test_positions_appearing_after_drafts_were_counted_is_still_inconsistent():
+    """Only an engine with nothing drafted may grow its k: positions appearing on an
+    engine that already drafted are a cut or a second server, never counted."""
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: Counters(100, 200, 0, ())})
+    h.observe(5, {KEY: Counters(110, 220, 0, ())})
+    obs = h.observe(10, {KEY: Counters(120, 240, 100, (70, 30))})
+    assert obs.inconsistent and KEY not in obs.increments

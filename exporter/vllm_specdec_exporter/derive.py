@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from . import config
 from .model import Counters, SeriesKey
@@ -25,6 +25,18 @@ def ratio(numerator: float, denominator: float) -> float | None:
         return None
     value = numerator / denominator
     return value if math.isfinite(value) else None  # never a non-finite figure
+
+
+def align_k(before: Counters, after: Counters) -> Counters:
+    """``before`` with k zero positions when it had no positions and no drafts yet.
+
+    Producers that create the per-position series lazily (llama.cpp, vLLM's Rust
+    frontend) show k=0 until the first speculative step ends; with nothing drafted
+    yet that is the same as k zeros, so k growing from there is plain growth.
+    """
+    if before.k == 0 < after.k and before.drafts == before.draft_tokens == before.accepted == 0:
+        return replace(before, per_position=(0.0,) * after.k)
+    return before
 
 
 def _restarted(before: Counters, after: Counters) -> bool:
@@ -45,6 +57,8 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
     per-series differences would undercount a series that had climbed past its
     old value since the restart. An engine absent before started in between.
     """
+    if before is not None:
+        before = align_k(before, after)
     if before is None or _restarted(before, after):
         return after, before is not None
     generation = None

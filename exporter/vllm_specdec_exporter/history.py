@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import config
-from .derive import delta, sum_counters
+from .derive import align_k, delta, sum_counters
 from .model import Counters, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
@@ -73,6 +73,7 @@ def _series(c: Counters) -> list[float]:
 
 def classify(base: Counters, now: Counters, seconds: float) -> str:
     """CONSISTENT, RESTART, or why the poll is inconsistent (a fixed phrase)."""
+    base = align_k(base, now)
     totals_down = now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and now.accepted < base.accepted
     if totals_down:
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
@@ -183,9 +184,11 @@ class TargetHistory:
     @staticmethod
     def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict) -> None:
         increments[key] = inc
-        # k only changes across a restart; a new running total makes the window
-        # difference treat it as one (derive.delta compares k).
-        e.total = inc if e.total.k != inc.k else sum_counters([e.total, inc])
+        # k only changes across a restart (or from a lazy producer's empty k=0); a
+        # new running total makes the window difference treat it as one
+        # (derive.delta compares k).
+        total = align_k(e.total, inc)
+        e.total = inc if total.k != inc.k else sum_counters([total, inc])
 
     def window(self, label: str) -> WindowDelta | None:
         """Counters accrued over the window (or since the first poll, if shorter)."""
