@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_specdec_exporter.adapters import extract
-from vllm_specdec_exporter.adapters.vllm_v1 import series_name
+from vllm_specdec_exporter.model import series_name
 from vllm_specdec_exporter.derive import delta_engines
 from vllm_specdec_exporter.parser import ParseError, parse
 from vllm_specdec_exporter.summary import summarize

@@ -10,7 +10,7 @@ import time
 
 from . import __version__, config
 from .adapters import PRODUCERS, extract
-from .adapters.vllm_v1 import series_name
+from .model import series_name
 from .derive import delta_engines
 from .model import Snapshot
 from .parser import ParseError

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from .config import Detection
 from .derive import derive, invariant_violations, sum_counters
-from .model import Counters
-from .settings import BaselineProfile
+from .model import BaselineProfile, Counters
 
 
 def match_profile(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from . import config
+from .parser import format_series
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,31 @@ class Counters:
 
 # (model_name, engine): vLLM's engine label is the global data-parallel rank.
 SeriesKey = tuple[str, str]
+
+
+def series_name(key: SeriesKey) -> str:
+    """How warnings name one engine's series: model_name="...",engine="..." (any producer)."""
+    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineProfile:
+    """The lowest healthy mean acceptance length of a model at one k (settings.py loads them)."""
+
+    name: str
+    model: re.Pattern
+    k: int
+    mean_acceptance_length: float
+    method: str | None = None
+
+    def matches(self, model_name: str, k: int, method: str | None) -> bool:
+        # The name is the target's choice: capped, and the pattern was checked at load
+        # (_safe_pattern), so matching cannot backtrack for long.
+        if self.k != k or len(model_name) > config.MAX_LABEL_VALUE_LENGTH or not self.model.search(model_name):
+            return False
+        # vLLM does not expose the method: a target that does not declare one
+        # matches on model and k alone.
+        return self.method is None or method is None or self.method == method
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Verdict, judge, match_profile
 from .history import TargetHistory, admit
-from .model import Counters, SeriesKey, Snapshot
+from .model import Counters, SeriesKey, Snapshot, series_name
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import BaselineProfile, Settings, Target
 from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub

@@ -18,6 +18,7 @@ import yaml
 
 from . import config
 from .adapters import PRODUCERS
+from .model import BaselineProfile
 from .sources import redact_url
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -36,24 +37,6 @@ class Target:
     method: str | None = None  # mtp, eagle3, dspark, ...: vLLM does not expose it
     bearer_token_file: str | None = None
     producer: str | None = None  # one of adapters.PRODUCERS; None: detected from each payload
-
-
-@dataclass(frozen=True, slots=True)
-class BaselineProfile:
-    name: str
-    model: re.Pattern
-    k: int
-    mean_acceptance_length: float
-    method: str | None = None
-
-    def matches(self, model_name: str, k: int, method: str | None) -> bool:
-        # The name is the target's choice: capped, and the pattern was checked at load
-        # (_safe_pattern), so matching cannot backtrack for long.
-        if self.k != k or len(model_name) > config.MAX_LABEL_VALUE_LENGTH or not self.model.search(model_name):
-            return False
-        # vLLM does not expose the method: a target that does not declare one
-        # matches on model and k alone.
-        return self.method is None or method is None or self.method == method
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from .adapters.vllm_v1 import series_name
 from .derive import derive, invariant_violations, sum_counters
-from .model import Counters, SeriesKey
+from .model import Counters, SeriesKey, series_name
 
 
 def engine_order(engine: str) -> tuple[int, int, str]:

@@ -22,8 +22,8 @@ refused.
 from __future__ import annotations
 
 from .. import config
-from ..model import Counters, SeriesKey, Snapshot
-from ..parser import Exposition, Sample, format_series
+from ..model import Counters, SeriesKey, Snapshot, series_name
+from ..parser import Exposition, Sample
 from .common import UnsupportedProducer, engine_id, finite, has_label, present
 from .trtllm import valid_counter
 
@@ -31,10 +31,6 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GENERATION = "sglang:generation_tokens_total"
 NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 ACCEPT_LENGTH = "sglang:spec_accept_length"  # interval gauge: only tells SGLang apart
-
-
-def _name(key: SeriesKey) -> str:
-    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
 
 
 class SglangAdapter:
@@ -85,16 +81,16 @@ class SglangAdapter:
             if verify[key] == 0 and not any(w > 1 for w in width):
                 continue  # spec decode off (SGLang keeps its spec families at 0)
             if len(width) != 1 or not next(iter(width)) > 1 or not next(iter(width)) < 1e6:
-                warnings.append(f"{_name(key)}: {NUM_DRAFT_TOKENS} is {sorted(width) or 'absent'}, not one width "
+                warnings.append(f"{series_name(key)}: {NUM_DRAFT_TOKENS} is {sorted(width) or 'absent'}, not one width "
                                 "above 1; engine left out")
                 continue
             if gen is None or gen < verify[key]:
-                warnings.append(f"{_name(key)}: {GENERATION}={gen} below {VERIFY_CALLS}={verify[key]:g}; "
+                warnings.append(f"{series_name(key)}: {GENERATION}={gen} below {VERIFY_CALLS}={verify[key]:g}; "
                                 "engine left out")
                 continue
             c = Counters(drafts=verify[key], draft_tokens=verify[key] * (next(iter(width)) - 1),
                          accepted=gen - verify[key], per_position=(), generation_tokens=gen)
-            if finite(c, _name(key), warnings):
+            if finite(c, series_name(key), warnings):
                 engines[key] = c
         if not engines and not warnings:
             return None  # nothing but zeros: spec decode off, as for vLLM's absent families

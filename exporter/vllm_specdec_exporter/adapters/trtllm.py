@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable
 
 from .. import config
-from ..model import Counters, SeriesKey, Snapshot
+from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample, format_series
 from .common import engine_id, finite, has_label, present
 
@@ -34,10 +34,6 @@ ITER_DRAFT_TOKENS = "trtllm_spec_decode_num_draft_tokens_total"
 ITER_ACCEPTED = "trtllm_spec_decode_num_accepted_tokens_total"
 GENERATION = "trtllm_generation_tokens_total"  # per finished request, like the per-position counters
 LABEL_POSITION = "token_position"
-
-
-def _name(key: SeriesKey) -> str:
-    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
 
 
 def valid_counter(s: Sample, warnings: list[str]) -> bool:
@@ -71,7 +67,7 @@ class TrtllmAdapter:
                 continue
             key = self._key(s)
             if key in out:
-                warnings.append(f"{format_series(s.name, s.labels)} repeats ({_name(key)}); first value kept")
+                warnings.append(f"{format_series(s.name, s.labels)} repeats ({series_name(key)}); first value kept")
                 continue
             out[key] = s.value
         return out
@@ -107,18 +103,18 @@ class TrtllmAdapter:
         for key in sorted(iteration | set(drafted) | set(accepted)):
             d, a = drafted.get(key, {}), accepted.get(key, {})
             if not d:
-                warnings.append(f"{_name(key)}: no {DRAFTED} (return_perf_metrics off, or no request "
+                warnings.append(f"{series_name(key)}: no {DRAFTED} (return_perf_metrics off, or no request "
                                 "finished yet): no drafts count, engine left out")
                 continue
             k = len(d)
             if sorted(d) != list(range(k)) or not set(a) <= set(d):
-                warnings.append(f"{_name(key)}: drafted positions {sorted(d)} and accepted positions {sorted(a)} "
+                warnings.append(f"{series_name(key)}: drafted positions {sorted(d)} and accepted positions {sorted(a)} "
                                 "are not 0..k-1; engine left out")
                 continue
             per_position = tuple(a.get(i, 0.0) for i in range(k))
             c = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
                          per_position=per_position, generation_tokens=generation.get(key))
-            if finite(c, _name(key), warnings):
+            if finite(c, series_name(key), warnings):
                 engines[key] = c
         return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
                         malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series)

@@ -6,15 +6,10 @@ import math
 from collections.abc import Iterable
 
 from .. import config
-from ..model import Counters, SeriesKey, Snapshot
+from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample, format_series
 
 _TOTALS = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED)
-
-
-def series_name(key: SeriesKey) -> str:
-    """How warnings name one engine's series: model_name="...",engine="..."."""
-    return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
 
 
 def _key(sample: Sample) -> SeriesKey:

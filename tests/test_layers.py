@@ -1,0 +1,53 @@
+"""Layers (issue 12 item 7): the domain math does not know how configuration is loaded, and
+nothing generic depends on one producer's adapter, which the next producers would have to fake."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "exporter" / "vllm_specdec_exporter"
+DOMAIN = ("model", "derive", "health", "history")
+# Domain modules may read constants (config) and each other, nothing that loads, fetches or serves.
+DOMAIN_ALLOWED = {"config", "parser", *DOMAIN}
+ADAPTER_MODULES = sorted(p.stem for p in (PACKAGE / "adapters").glob("*.py") if p.stem not in ("__init__", "common"))
+
+
+def imports(path) -> set[str]:
+    """Modules of this package a file imports, as dotted names relative to the package ('adapters.vllm_v1')."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = node.module or ""
+            if path.parent.name == "adapters" and node.level == 1:
+                base = f"adapters.{base}" if base else "adapters"
+            out |= {base} if base else {a.name for a in node.names}
+            if base in ("", "adapters"):
+                out |= {f"{base}.{a.name}".lstrip(".") for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm_specdec_exporter"):
+            out.add(node.module.removeprefix("vllm_specdec_exporter").lstrip(".") or "")
+    return out
+
+
+@pytest.mark.parametrize("module", DOMAIN)
+def test_domain_modules_import_no_configuration_loading_or_adapters(module):
+    found = {m.split(".")[0] for m in imports(PACKAGE / f"{module}.py")} - {"", "__version__"}
+    assert found <= DOMAIN_ALLOWED, f"{module}.py imports {sorted(found - DOMAIN_ALLOWED)}"
+
+
+def test_nothing_outside_the_adapters_imports_one_producers_adapter():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "adapters" in path.parts:
+            continue
+        bad = {m for m in imports(path) if m.startswith("adapters.") and m.split(".")[1] in ADAPTER_MODULES}
+        assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}: generic modules use adapters.extract"
+
+
+def test_the_import_scanner_sees_a_forbidden_import(tmp_path):
+    # The checks above would pass vacuously if imports() saw nothing.
+    probe = tmp_path / "probe.py"
+    probe.write_text("from .settings import BaselineProfile\nfrom .adapters.vllm_v1 import series_name\n")
+    assert {"settings", "adapters.vllm_v1"} <= imports(probe)
