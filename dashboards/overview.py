@@ -128,7 +128,13 @@ def dashboard() -> dict:
         "over time. Healthy MTP: most steps accept all k or k-1. Bad: everything at 0 (the draft head produces "
         "garbage), or piled at 1 (the chain breaks after the first position).",
         targets((ratio("acceptance_count_ratio"), "{{model_name}} accepted {{accepted}}")), "percentunit",
-        min_=0, max_=1), 24, 8)
+        min_=0, max_=1), 16, 8)
+    lay.add(stat(
+        "Likely cause", "The sidecar's hint at why acceptance fell, over its health window (a hint, not a certainty; "
+        "every cause that fits is shown): draft_head_garbage, chain_break, one_rank, configuration_change, "
+        "workload_shift, too_good. Empty: nothing fell. What to check first: the runbook's section per cause.",
+        targets((f"max by ({BY}, cause) ({P}_diagnosis_info{{{SEL}}})", "{{model_name}}: {{cause}}"), instant=True),
+        "none", NEUTRAL, text_mode="name"), 8, 8)
 
     lay.row("Throughput")
     lay.add(timeseries(

@@ -142,10 +142,35 @@ HIGH_IDLE = mix(30, [29.85, 29.55])
 NINETY_SEVEN = mix(1000, [975, 965])  # 97 %
 
 
+# The likely-cause annotation of each alert (issue 15), written out by hand.
+GARBAGE = ("the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means position 0 "
+           "was accepted in under 10 % of drafts")
+ONE_RANK = "one rank: its siblings on the same server are healthy (a rank-specific load, device or node)."
+LIKELY = {
+    "VLLMSpecDecodeAcceptanceCollapsed": f"{GARBAGE}; or a configuration change, if it began with a restart or a new k.",
+    "VLLMSpecDecodeAcceptanceCollapsedFast": f"{GARBAGE}; or a configuration change, if it began with a restart or a "
+                                             f"new k.",
+    "VLLMSpecDecodeEngineCollapsed": ONE_RANK,
+    "VLLMSpecDecodeEngineLagging": ONE_RANK,
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": "a workload shift (synthetic random-token load, temperature, traffic "
+                                                "mix) or a partly broken draft path (draft sampling, missing draft "
+                                                "context): the counters cannot tell them apart.",
+    "VLLMSpecDecodeAcceptanceBelowBaseline": "a workload shift (traffic mix, temperature, synthetic load) or a partly "
+                                             "broken draft path; if position 0 is healthy, the chain breaks after it.",
+    "VLLMSpecDecodeAcceptanceDropped": "a workload shift if the fall was gradual; a configuration change (new "
+                                       "artifact or version at the same k) if it was sudden.",
+    "VLLMSpecDecodeSpeculativeTokensWasted": "the draft chain breaks before the last position: k beyond what the "
+                                             "draft was trained for, or a mis-wired later layer.",
+    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken "
+                                                "metrics.",
+}
+
+
 def alert(name: str, severity: str, labels: dict, summary: str, description: str) -> dict:
-    return {"exp_labels": {"severity": severity, **labels},
-            "exp_annotations": {"summary": summary, "description": description,
-                                "runbook_url": f"{RUNBOOK}#{name.lower()}"}}
+    ann = {"summary": summary, "description": description, "runbook_url": f"{RUNBOOK}#{name.lower()}"}
+    if name in LIKELY:
+        ann["likely_cause"] = LIKELY[name]
+    return {"exp_labels": {"severity": severity, **labels}, "exp_annotations": ann}
 
 
 VARIANT = {"v": "sidecar"}  # the variant being rendered: sidecar alerts also carry `target`

@@ -235,8 +235,38 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
     return rules
 
 
+# The likely cause each alert's own expression points at (issue 15's fingerprints, as far as
+# PromQL sees them): a hint, never a certainty; where two causes fit, both. The sidecar's
+# vllm_specdec_diagnosis_info names the cause from per-engine, restart and k evidence too.
+_GARBAGE = ("the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means "
+            "position 0 was accepted in under 10 % of drafts")
+LIKELY_CAUSE = {
+    "VLLMSpecDecodeAcceptanceCollapsed": f"{_GARBAGE}; or a configuration change, if it began with a restart or a "
+                                         f"new k.",
+    "VLLMSpecDecodeAcceptanceCollapsedFast": f"{_GARBAGE}; or a configuration change, if it began with a restart "
+                                             f"or a new k.",
+    "VLLMSpecDecodeEngineCollapsed": "one rank: its siblings on the same server are healthy (a rank-specific load, "
+                                     "device or node).",
+    "VLLMSpecDecodeEngineLagging": "one rank: its siblings on the same server are healthy (a rank-specific load, "
+                                   "device or node).",
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": "a workload shift (synthetic random-token load, temperature, traffic "
+                                                "mix) or a partly broken draft path (draft sampling, missing draft "
+                                                "context): the counters cannot tell them apart.",
+    "VLLMSpecDecodeAcceptanceBelowBaseline": "a workload shift (traffic mix, temperature, synthetic load) or a partly "
+                                             "broken draft path; if position 0 is healthy, the chain breaks after it.",
+    "VLLMSpecDecodeAcceptanceDropped": "a workload shift if the fall was gradual; a configuration change (new "
+                                       "artifact or version at the same k) if it was sudden.",
+    "VLLMSpecDecodeSpeculativeTokensWasted": "the draft chain breaks before the last position: k beyond what the "
+                                             "draft was trained for, or a mis-wired later layer.",
+    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken "
+                                                "metrics.",
+}
+
+
 def _annotations(alert: str, summary: str, description: str, o: Options) -> dict:
     out = {"summary": summary, "description": description, "runbook_url": f"{o.runbook_base}#{alert.lower()}"}
+    if alert in LIKELY_CAUSE:
+        out["likely_cause"] = LIKELY_CAUSE[alert]
     if o.dashboard_url:
         out["dashboard_url"] = o.dashboard_url
     return out
