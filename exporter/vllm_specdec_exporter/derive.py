@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+
 from dataclasses import dataclass, field, fields, replace
 
 from . import config
@@ -43,7 +44,7 @@ def _restarted(before: Counters, after: Counters) -> bool:
     if before.k != after.k:  # k only changes across a restart
         return True
     pairs = [(before.drafts, after.drafts), (before.draft_tokens, after.draft_tokens), (before.accepted, after.accepted)]
-    pairs += list(zip(before.per_position, after.per_position))
+    pairs += list(zip(before.per_position, after.per_position, strict=True))
     if before.generation_tokens is not None and after.generation_tokens is not None:
         pairs.append((before.generation_tokens, after.generation_tokens))
     return any(a < b for b, a in pairs)
@@ -69,7 +70,7 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
             drafts=after.drafts - before.drafts,
             draft_tokens=after.draft_tokens - before.draft_tokens,
             accepted=after.accepted - before.accepted,
-            per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position)),
+            per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position, strict=True)),
             generation_tokens=generation,
         ),
         False,
@@ -84,7 +85,9 @@ class EngineDeltas:
 
 
 def delta_engines(
-    before: Mapping[SeriesKey, Counters], after: Mapping[SeriesKey, Counters], describe=str
+    before: Mapping[SeriesKey, Counters],
+    after: Mapping[SeriesKey, Counters],
+    describe: Callable[[SeriesKey], str] = str,
 ) -> EngineDeltas:
     """Per-engine deltas between two snapshots, naming what appeared, vanished or restarted."""
     counters: dict[SeriesKey, Counters] = {}
@@ -111,14 +114,14 @@ def sum_counters(items: Iterable[Counters]) -> Counters:
     for c in items:
         for i, v in enumerate(c.per_position):
             per_position[i] += v
-    generation = [c.generation_tokens for c in items]
+    generation = [c.generation_tokens for c in items if c.generation_tokens is not None]
     return Counters(
         drafts=sum(c.drafts for c in items),
         draft_tokens=sum(c.draft_tokens for c in items),
         accepted=sum(c.accepted for c in items),
         per_position=tuple(per_position),
         # A share over only some engines' tokens would be wrong: all or nothing.
-        generation_tokens=sum(generation) if items and None not in generation else None,
+        generation_tokens=sum(generation) if items and len(generation) == len(items) else None,
     )
 
 
@@ -175,10 +178,10 @@ class Stats:
     accepted_tokens_per_second: float | None
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         out = {f: _finite(getattr(self, f)) for f in _STATS_FIELDS}  # dataclasses.asdict deep-copies: slow
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
-            out[key] = _count(out[key])
+            out[key] = _count(getattr(self, key))
         out["accepted_per_position"] = [_count(v) for v in self.accepted_per_position]
         out["accepted_count_drafts"] = [_count(v) for v in self.accepted_count_drafts]
         out["warnings"] = list(self.warnings)
@@ -189,20 +192,22 @@ _STATS_FIELDS = tuple(f.name for f in fields(Stats))
 
 
 def _count(v: float | None) -> float | int | None:
-    return int(v) if v is not None and float(v).is_integer() else _finite(v)
+    if v is None or not math.isfinite(v):
+        return None
+    return int(v) if float(v).is_integer() else v
 
 
-def _finite(v):
+def _finite(v: object) -> object:
     """JSON (RFC 8259) has no Infinity or NaN: a non-finite figure is null."""
     if isinstance(v, list):
         return [_finite(x) for x in v]
-    return v if v is None or isinstance(v, (int, str)) or math.isfinite(v) else None
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
     per_pos = list(c.per_position)
     survival = [ratio(v, c.drafts) for v in per_pos]
-    conditional = [ratio(v, prev) for prev, v in zip([c.drafts, *per_pos], per_pos)]
+    conditional = [ratio(v, prev) for prev, v in zip([c.drafts, *per_pos], per_pos, strict=False)]
     at_k: list[float | None] = [None] * c.k
     if c.drafts > 0:
         running = 1.0
@@ -210,8 +215,11 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
             running += v / c.drafts
             at_k[i] = running
     # Steps with exactly j accepted: survivors at j minus survivors at j + 1.
-    exactly = [a - b for a, b in zip([c.drafts, *per_pos], [*per_pos, 0.0])] if c.k else []
-    per_second = (lambda v: ratio(v, interval_seconds)) if interval_seconds else (lambda v: None)
+    exactly = [a - b for a, b in zip([c.drafts, *per_pos], [*per_pos, 0.0], strict=True)] if c.k else []
+
+    def per_second(v: float) -> float | None:
+        return ratio(v, interval_seconds) if interval_seconds else None
+
     return Stats(
         num_drafts=c.drafts,
         num_draft_tokens=c.draft_tokens,

@@ -81,7 +81,7 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
         return RESTART
     if now.k != base.k:
         return "k changed without a restart (positions cut off or added)"
-    pairs = list(zip(_series(base), _series(now)))
+    pairs = list(zip(_series(base), _series(now), strict=True))
     if base.generation_tokens is not None and now.generation_tokens is not None:
         pairs.append((base.generation_tokens, now.generation_tokens))
     if any(a < b for b, a in pairs):
@@ -182,7 +182,8 @@ class TargetHistory:
         return Observation(increments, tuple(restarted), tuple(appeared), tuple(inconsistent))
 
     @staticmethod
-    def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict) -> None:
+    def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict[SeriesKey, Counters]) -> None:
+
         increments[key] = inc
         # k only changes across a restart (or from a lazy producer's empty k=0); a
         # new running total makes the window difference treat it as one

@@ -125,7 +125,7 @@ def parse_sample_line(line: str) -> Sample:
     if fast:
         name, body, value, timestamp = fast.groups()
         pairs = _FAST_LABEL_RE.findall(body) if body else []
-        labels = dict(pairs)
+        labels: dict[str, str] = dict(pairs)
         if len(labels) == len(pairs):  # a repeated label name gets the careful path's error
             if timestamp is not None:
                 _parse_float(timestamp)
@@ -135,7 +135,7 @@ def parse_sample_line(line: str) -> Sample:
         raise _Malformed("no metric name")
     name = m.group(0)
     pos = m.end()
-    labels: dict[str, str] = {}
+    labels = {}
     if pos < len(line) and line[pos] == "{":
         pos += 1
         while True:
@@ -205,7 +205,10 @@ def _record(exp: Exposition, data: bytes, pos: int, message: str) -> None:
         exp.issues.append(LineIssue(data.count(b"\n", 0, pos) + 1, message))
 
 
-def _add_line(exp: Exposition, seen: set, data: bytes, start: int, end: int) -> None:
+_SeriesId = tuple[str, frozenset[tuple[str, str]]]  # metric name and label set: one series
+
+
+def _add_line(exp: Exposition, seen: set[_SeriesId], data: bytes, start: int, end: int) -> None:
     raw = data[start:end]
     try:
         sample = parse_sample_line(raw.decode("utf-8").strip())
@@ -274,7 +277,7 @@ def parse(
         data = data.encode("utf-8")
     _check_payload(data, max_bytes)
     exp = Exposition(size=len(data))
-    seen: set = set()
+    seen: set[_SeriesId] = set()
 
     # OpenMetrics ends at the first "# EOF" line, wherever it is; a sample after it
     # is not part of the exposition (bytes.find: ~1 ms per MB).
