@@ -22,9 +22,16 @@ __all__ = ["ADAPTERS", "PRODUCERS", "NoSpecDecodeFamilies", "UnsupportedProducer
 
 
 class Adapter(Protocol):
-    name: str
-    families: tuple[str, ...]  # every sample name it reads
-    spec_families: tuple[str, ...]  # the ones whose presence means "spec decode on"
+    # Read-only, so an adapter's class-level tuples (of a fixed length) conform.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def families(self) -> tuple[str, ...]: ...  # every sample name it reads
+
+    @property
+    def spec_families(self) -> tuple[str, ...]: ...  # the ones whose presence means "spec decode on"
+
 
     def snapshot(self, exp: Exposition) -> Snapshot | None: ...
 

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .. import config
-from ..model import Counters
+from ..model import Counters, SeriesKey, Snapshot
+
 from ..parser import Exposition, ParseError, Sample
 
 # Wrappers add labels that tell their replicas/workers apart: each distinct value is
@@ -118,14 +119,15 @@ class RenamedVllmAdapter:
     def detect(self, exp: Exposition) -> bool:
         return self._active(exp) is not None
 
-    def generation_tokens(self, exp: Exposition):
+    def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         for r in self._renames:
             found = self._v1.generation_tokens(relabel(exp, r, self._identity))
             if found:
                 return found
         return {}
 
-    def snapshot(self, exp: Exposition):
+    def snapshot(self, exp: Exposition) -> Snapshot | None:
+
         renames = self._active(exp)
         if renames is None:
             return None

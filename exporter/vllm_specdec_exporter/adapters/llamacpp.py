@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..model import Snapshot
+from ..parser import Exposition
 from .common import RenamedVllmAdapter, with_prefix
+
 
 PREFIX = "llamacpp:"
 
 
 class LlamacppAdapter(RenamedVllmAdapter):
-    def snapshot(self, exp):
+    def snapshot(self, exp: Exposition) -> Snapshot | None:
+
         snap = super().snapshot(exp)
         if snap is None:
             return None

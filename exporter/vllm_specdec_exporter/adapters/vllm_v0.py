@@ -9,7 +9,9 @@ families only V0 had.
 
 from __future__ import annotations
 
+from ..model import SeriesKey, Snapshot
 from ..parser import Exposition
+
 from .common import UnsupportedProducer, present
 
 ACCEPTANCE_RATE = "vllm:spec_decode_draft_acceptance_rate"
@@ -26,10 +28,11 @@ class VllmV0Adapter:
     def detect(self, exp: Exposition) -> bool:
         return present(exp, self.spec_families)
 
-    def generation_tokens(self, exp: Exposition) -> dict:
+    def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         return {}
 
-    def snapshot(self, exp: Exposition):
+    def snapshot(self, exp: Exposition) -> Snapshot | None:
+
         if not self.detect(exp):
             return None
         raise UnsupportedProducer(

@@ -92,7 +92,8 @@ class VllmV1Adapter:
         engines: dict[SeriesKey, Counters] = {}
         keys = set().union(*totals, positions)
         for key in sorted(keys):  # label values are strings: any of them sorts
-            missing = [n for n, values in zip(_TOTALS, totals) if key not in values]
+            missing = [n for n, values in zip(_TOTALS, totals, strict=True) if key not in values]
+
             if missing:
                 warnings.append(f"{series_name(key)}: missing {', '.join(missing)}; engine left out")
                 continue
