@@ -44,7 +44,7 @@ def test_report_from_stdin_equals_report_from_file():
 def test_json_schema_is_complete():
     out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)
     entry = out["models"]["deepseek-ai/DeepSeek-V4-Pro"]
-    assert set(entry) == {"all", "engines"}
+    assert set(entry) == {"all", "engines", "diagnosis"}
     assert STATS_KEYS <= set(entry["all"])
     for stats in entry["engines"].values():
         assert STATS_KEYS <= set(stats)

@@ -88,3 +88,195 @@ def test_distribution_exported_per_window_and_in_the_summary_api():
     run(go())
 
 
+
+
+# --- 1. Fingerprints of causes, on real dumps and the figures of baselines.md ---
+NAMES = {"drafts": "vllm:spec_decode_num_drafts_total", "tokens": "vllm:spec_decode_num_draft_tokens_total",
+         "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# Per-engine increments (drafts, draft tokens, accepted, per position) between two scrapes.
+BROKEN_HEAD = (6590, 13180, 240, (235, 5))  # vllm-metrics.md: the broken V4-Pro conversion, AL 1.036
+HEALTHY_PRO = (6590, 13180, 6089 + 4527, (6089, 4527))  # native V4-Pro k=2: 0.924 / 0.687, AL 2.611
+
+
+def after(text: str, deltas: dict[str, tuple]) -> str:
+    """The same real dump, each engine's four spec-decode counters grown by its increments."""
+    out = []
+    for line in text.splitlines():
+        for engine, (drafts, tokens, accepted, pos) in deltas.items():
+            if f'engine="{engine}"' not in line or line.startswith("#"):
+                continue
+            name, value = line.rsplit(" ", 1)
+            add = {NAMES["drafts"]: drafts, NAMES["tokens"]: tokens, NAMES["accepted"]: accepted}.get(
+                name.split("{")[0])
+            if name.startswith(POS + "{"):
+                add = pos[int(name.split('position="')[1].split('"')[0])]
+            if add is not None:
+                line = f"{name} {float(value) + add!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def diff_json(tmp_path, before: str, after_text: str) -> dict:
+    (tmp_path / "a.prom").write_text(before)
+    (tmp_path / "b.prom").write_text(after_text)
+    proc = cli("diff", "--format", "json", str(tmp_path / "a.prom"), str(tmp_path / "b.prom"))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["models"]["deepseek-ai/DeepSeek-V4-Pro"]
+
+
+def test_draft_head_garbage_on_the_real_broken_head(tmp_path):
+    text = DP1.read_text()
+    model = diff_json(tmp_path, text, after(text, {"0": BROKEN_HEAD}))
+    # 235 / 6590 = 3.57 % of drafts accepted position 0
+    assert model["diagnosis"] == [{"cause": "draft_head_garbage",
+                                   "evidence": "position 0 accepted in 3.6 % of drafts, on its only engine"}]
+    (tmp_path / "b.prom").write_text(after(text, {"0": BROKEN_HEAD}))
+    out = cli("diff", str(tmp_path / "a.prom"), str(tmp_path / "b.prom")).stdout
+    assert "likely cause (a hint, not a certainty):" in out
+    assert "the draft head produces garbage (a broken quantised conversion or loader)" in out
+
+
+def test_one_rank_on_the_real_eight_engine_dump(tmp_path):
+    text = DP8.read_text()
+    deltas = {str(e): BROKEN_HEAD if e == 3 else HEALTHY_PRO for e in range(8)}
+    model = diff_json(tmp_path, text, after(text, deltas))
+    # the other seven: 1 + 7 x 10,616 / (7 x 6,590) = 2.611
+    assert model["diagnosis"] == [{"cause": "one_rank",
+                                   "evidence": "engine 3 at AL 1.036 while the other 7 are at AL 2.611"}]
+    assert model["all"]["mean_acceptance_length"] == pytest.approx(1 + (7 * 10616 + 240) / (8 * 6590))
+
+
+def test_garbage_on_every_engine_is_not_one_rank(tmp_path):
+    text = DP8.read_text()
+    model = diff_json(tmp_path, text, after(text, {str(e): BROKEN_HEAD for e in range(8)}))
+    assert [h["cause"] for h in model["diagnosis"]] == ["draft_head_garbage"]
+    assert model["diagnosis"][0]["evidence"] == "position 0 accepted in 3.6 % of drafts, on every engine"
+
+
+def test_healthy_real_figures_get_no_hint(tmp_path):
+    text = DP8.read_text()
+    assert diff_json(tmp_path, text, after(text, {str(e): HEALTHY_PRO for e in range(8)}))["diagnosis"] == []
+    proc = cli("report", "--format", "json", str(DP8))  # the real dump's totals: AL 2.572
+    assert json.loads(proc.stdout)["models"]["deepseek-ai/DeepSeek-V4-Pro"]["diagnosis"] == []
+
+
+def judge_one(counters, changes=(), profile=None):
+    from vllm_specdec_exporter import config
+    from vllm_specdec_exporter.health import judge
+    from vllm_specdec_exporter.model import Counters
+
+    engines = {str(e): Counters(d, t, a, p) for e, (d, t, a, p) in enumerate(counters)}
+    return judge(engines, 300.0, profile, config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes)
+
+
+def profile(model: str, k: int):
+    from vllm_specdec_exporter.health import match_profile
+    from vllm_specdec_exporter.settings import default_profiles
+
+    return match_profile(default_profiles(), model, k, None)
+
+
+def test_chain_break_after_position_0():
+    # V4-Pro k=3: position 0 at the native 92.4 %, positions 1 and 2 nearly never (a layer
+    # beyond the first mis-wired): AL 1.95, below the k=3 profile's 1 + 0.75 x 1.49 = 2.12.
+    v = judge_one([(1000, 3000, 924 + 20 + 6, (924, 20, 6))], profile=profile("deepseek-ai/DeepSeek-V4-Pro", 3))
+    assert v.state == "degraded"
+    assert [(h.cause, h.evidence) for h in v.causes] == [
+        ("chain_break", "position 0 accepted in 92.4 % of drafts, position 1 in 2.2 % of those that reached it")]
+
+
+def test_workload_shift_names_both_readings():
+    # V4-Flash k=2 at 0.149 / 0.057 per position: the draft-sampling bug, and also random-token
+    # benchmark load on a healthy V4-Flash (baselines.md: the same counters).
+    v = judge_one([(1000, 2000, 206, (149, 57))], profile=profile("deepseek-ai/DeepSeek-V4-Flash", 2))
+    assert v.state == "degraded" and [h.cause for h in v.causes] == ["workload_shift"]
+    assert "synthetic random-token load" in v.hint and "partly broken draft path (draft sampling" in v.hint
+    assert v.causes[0].evidence.startswith("every engine (1) and every position lower together: position 0 at "
+                                           "14.9 %, then 38.3 % conditional")  # 57 / 149
+
+
+def test_configuration_change_and_garbage_both_named():
+    v = judge_one([BROKEN_HEAD], changes=["a restart of engine 0", "k 3 -> 2"])
+    assert v.state == "collapsed"
+    assert [(h.cause, h.evidence) for h in v.causes] == [
+        ("configuration_change", "the fall coincides with a restart of engine 0, k 3 -> 2"),
+        ("draft_head_garbage", "position 0 accepted in 3.6 % of drafts, on its only engine")]
+    assert v.hint.startswith("likely cause (a hint): a configuration change") and "; or the draft head" in v.hint
+
+
+def test_too_good_to_be_true():
+    v = judge_one([(1000, 2000, 1980, (995, 985))])  # 99.0 % acceptance: repetition loops
+    assert [(h.cause, h.evidence) for h in v.causes] == [
+        ("too_good", "acceptance 99.0 % of 2,000 draft tokens (healthy real traffic: at most ~96 %)")]
+    assert judge_one([(1000, 2000, 1950, (975, 975))]).causes == ()  # 97.5 %: no hint
+
+
+def test_healthy_baseline_figures_get_no_hint():
+    """Every healthy figure of baselines.md that promtool_cases runs through the classifier."""
+    import promtool_cases as pc
+
+    for pod, model, engines, _, verdict, _ in pc.VERDICT_CASES:
+        if verdict not in ("ok", "unknown"):
+            continue
+        k = len(engines[0]["pos"])
+        v = judge_one([(5 * m["drafts"], 5 * m["tokens"], 5 * m["accepted"], tuple(5 * x for x in m["pos"]))
+                       for m in engines], profile=profile(model, k))
+        assert v.causes == (), (pod, v)
+
+
+RESTART_INTO_BROKEN = """\
+description: V4-Pro k=2, 1 engine; restarted at 120s with a broken draft head
+model_name: deepseek-ai/DeepSeek-V4-Pro
+engines: 1
+k: 2
+drafts_per_second: 50
+per_position: [0.924, 0.687]
+phases:
+  - at: 120s
+    restart: true
+    per_position: [0.0357, 0.0008]
+"""
+
+
+def test_sidecar_names_a_restart_into_a_broken_head(tmp_path):
+    """The info series, /metrics and the landing page: the fall coincides with a restart (the
+    sidecar saw it) and position 0 is garbage: both are named."""
+    scenario = tmp_path / "restart-broken.yaml"
+    scenario.write_text(RESTART_INTO_BROKEN)
+
+    async def go():
+        async with harness(str(scenario), {"health": {"window": "1m"}}) as h:
+            await h.run_for(100)
+            m = await h.metrics()
+            assert not m.get(f"{P}_diagnosis_info")
+            await h.run_for(80)
+            m = await h.metrics()
+            causes = {s.labels["cause"] for s in m[f"{P}_diagnosis_info"]}
+            assert causes == {"configuration_change", "draft_head_garbage"}
+            status, page = await h.get("/")
+            assert status == 200
+            assert "likely cause (a hint): a configuration change" in page
+            assert "the fall coincides with a restart of engine 0" in page
+            await h.run_for(120)  # the restart has left the 1m window: garbage alone
+            m = await h.metrics()
+            assert {s.labels["cause"] for s in m[f"{P}_diagnosis_info"]} == {"draft_head_garbage"}
+    run(go())
+
+
+def test_sidecar_names_one_rank():
+    async def go():
+        async with harness("bad-engine") as h:
+            await h.run_for(360)
+            m = await h.metrics()
+            assert [s.labels["cause"] for s in m[f"{P}_diagnosis_info"]] == ["one_rank"]
+    run(go())
+
+
+def test_runbook_has_a_section_per_cause():
+    import re
+
+    from vllm_specdec_exporter import config
+
+    text = (REPO / "alerts" / "runbook.md").read_text()
+    assert re.findall(r"^### (\w+)$", text, re.M) == list(config.CAUSES)

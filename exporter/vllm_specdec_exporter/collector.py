@@ -111,12 +111,17 @@ class SpecDecodeCollector(Collector):
                                       "(ok, degraded, collapsed, idle, unknown).", labels=[T, M])
         e_health = StateSetMetricFamily(f"{P}_engine_health", "Speculative-decoding health of one engine over the "
                                         "health window (ok, degraded, collapsed, idle, unknown).", labels=[T, M, E])
+        diagnosis = _gauge("diagnosis_info", "A likely cause of the health verdict over the health window (a hint, "
+                           "not a certainty; several when several fit): " + ", ".join(config.CAUSES) + ". Always 1.",
+                           [T, M, "cause"])
         for v in views:
             for mv in v.models:
                 k.add_metric([v.name, mv.model_name], mv.k)
                 if mv.profile is not None:
                     baseline.add_metric([v.name, mv.model_name, mv.profile.name], mv.profile.mean_acceptance_length)
                 health.add_metric([v.name, mv.model_name], {st: st == mv.health for st in config.HEALTH_STATES})
+                for hint in mv.health_causes:
+                    diagnosis.add_metric([v.name, mv.model_name, hint.cause], 1.0)
                 for engine, state in mv.engine_health.items():
                     e_health.add_metric([v.name, mv.model_name, engine], {st: st == state for st in config.HEALTH_STATES})
                 for window, mw in mv.windows.items():
@@ -139,7 +144,7 @@ class SpecDecodeCollector(Collector):
                         _add(cond, [*labels, str(i)], c)
                     for j, share in enumerate(st.accepted_count_ratio):
                         _add(dist, [*labels, str(j)], share)
-        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health)
+        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health, diagnosis)
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:

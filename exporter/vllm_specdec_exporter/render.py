@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import config
+from .health import CAUSE_TEXT
 
 
 def _num(v: float | int | None) -> str:
@@ -68,8 +69,12 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
         # The acceptance-count distribution: the shape of a failure at a glance.
         lines.append("")
         lines.append("  accepted exactly      drafts       share")
-        for j, (n, share) in enumerate(zip(s["accepted_count_drafts"], s["accepted_count_ratio"])):
+        for j, (n, share) in enumerate(zip(s["accepted_count_drafts"], s["accepted_count_ratio"], strict=True)):
             lines.append(f"  {j:>16}  {_num(n):>10}  {_pct(share):>10}  {bar(share)}")
+    if entry.get("diagnosis"):
+        lines.append("")
+        lines.append("  likely cause (a hint, not a certainty):")
+        lines += [f"    - {CAUSE_TEXT[h['cause']]}: {h['evidence']}" for h in entry["diagnosis"]]
     if len(engines) > 1:
         lines.append("")
         pos_head = "".join(f"  {'pos ' + str(i):>7}" for i in range(k))

@@ -14,7 +14,7 @@ import multiprocessing
 import random
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
@@ -24,10 +24,9 @@ import structlog
 
 from . import config
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
-from .adapters.vllm_v1 import series_name
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import Verdict, judge, match_profile
-from .history import TargetHistory, admit
+from .health import Hint, Verdict, judge, match_profile
+from .history import Observation, TargetHistory, admit
 from .model import Counters, SeriesKey, Snapshot, series_name
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import BaselineProfile, Settings, Target
@@ -64,6 +63,7 @@ class ModelView:
     health: str  # over settings.health_window
     health_reason: str = ""  # why, in one line (names the engine when one is the cause)
     engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
+    health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class TargetView:
 
 
 def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], settings: Settings,
-                method: str | None) -> tuple[ModelView, ...]:
+                method: str | None, changes: Mapping[str, Sequence[str]] | None = None) -> tuple[ModelView, ...]:
     """Derived figures per model and window, summed over engines (sums before ratios)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
@@ -127,12 +127,13 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
             per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
-                judged[model] = judge(engines, span, profiles[model], settings.detection, settings.min_drafts)
+                judged[model] = judge(engines, span, profiles[model], settings.detection, settings.min_drafts,
+                                      (changes or {}).get(model, ()))
     views = []
     for model in sorted(per_model):
         verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
         views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
-                               verdict.reason, verdict.engines))
+                               verdict.reason, verdict.engines, verdict.causes))
     return tuple(views)
 
 
@@ -160,6 +161,9 @@ class TargetPoller:
         self._seen_warnings: set[str] = set()
         self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
+        # What changed per model (restarts, k), with when: a fall that coincides is a hint.
+        self._changes: dict[str, list[tuple[float, str]]] = {}
+        self._k: dict[str, int] = {}
         self._appeared_logged = 0
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
@@ -233,13 +237,29 @@ class TargetPoller:
                 log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
         return message
 
+    def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, list[str]]:
+        """Restarts and k changes per model within the health window (for the diagnosis)."""
+        for model, engine in observation.restarted:
+            self._changes.setdefault(model, []).append((now, f"a restart of engine {engine}"))
+        ks: dict[str, int] = {}
+        for (model, _), c in kept.items():
+            ks[model] = max(ks.get(model, 0), c.k)
+        for model, k in ks.items():
+            if self._k.get(model, k) != k:
+                self._changes.setdefault(model, []).append((now, f"k {self._k[model]} -> {k}"))
+            self._k[model] = k
+        horizon = now - dict(self.settings.windows)[self.settings.health_window]
+        self._changes = {m: kept_ for m, v in self._changes.items() if (kept_ := [x for x in v if x[0] >= horizon])}
+        return {m: list(dict.fromkeys(text for _, text in v)) for m, v in self._changes.items()}
+
     def _record(self, result: str, error: str | None, duration: float, read: _Read | None,
                 generation: Mapping[SeriesKey, float]) -> None:
         view = self.view
         if result == "success":  # the history and views first: if they raise, nothing is counted twice
             now = self.mono()
             observation = self.history.observe(now, read.kept, read.forget)
-            models = model_views(self.history, _consistent(self.history, read.kept), self.settings, self.target.method)
+            models = model_views(self.history, _consistent(self.history, read.kept), self.settings, self.target.method,
+                                 self._recent_changes(now, observation, read.kept))
         self._polls[result] = self._polls.get(result, 0) + 1
         for i, bound in enumerate(POLL_DURATION_BUCKETS):
             if duration <= bound:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .adapters.vllm_v1 import series_name
+from . import config
 from .derive import derive, invariant_violations, sum_counters
+from .health import diagnose
 from .model import Counters, SeriesKey, series_name
 
 
@@ -46,5 +47,8 @@ def summarize(
         ks = sorted({c.k for c in per_engine.values()})
         if len(ks) > 1:
             checks.append(f'model_name="{model}": engines disagree on k {ks}; positions summed where present')
-        models[model] = {"all": derive(total, interval_seconds, checks).to_json(), "engines": engines_json}
+        # The likely causes of a fall, from the counters alone (a hint: every cause that fits).
+        hints = diagnose(per_engine, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+        models[model] = {"all": derive(total, interval_seconds, checks).to_json(), "engines": engines_json,
+                         "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in hints]}
     return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}

@@ -26,6 +26,7 @@ from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
 from .service import TargetPoller, TargetView, close_parse_pool
 from .settings import Settings
+from .health import describe
 from .summary import summarize
 from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 
@@ -224,6 +225,7 @@ async def landing(request: web.Request) -> web.Response:
                 f"<section><h3>{esc(mv.model_name)} <small>on {esc(v.name)}, k={mv.k}</small></h3>"
                 f"<p class=health-{mv.health}>health: <b>{mv.health}</b> (window {esc(settings.health_window)})"
                 f"{': ' + esc(mv.health_reason) if mv.health_reason else ''}</p>"
+                f"{'<p class=hint>' + esc(describe(mv.health_causes)) + '</p>' if mv.health_causes else ''}"
                 f"<p>mean acceptance length <b>{al}</b> against baseline {baseline}; "
                 f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}"
                 f"{_engine_table(mv, w)}</section>"
