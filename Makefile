@@ -42,13 +42,13 @@ tools:
 
 ## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
 generate: $(STAMP)
-	$(PY) -m vllm_specdec_exporter.rules alerts --chart-files helm/vllm-specdec-exporter/files
+	$(PY) -m vllm_specdec_exporter.generators.rules alerts --chart-files helm/vllm-specdec-exporter/files
 	$(PY) tests/promtool_cases.py
-	$(PY) dashboards/generate.py
+	$(PY) -m vllm_specdec_exporter.generators.boards dashboards --chart-files helm/vllm-specdec-exporter/files/dashboards
 
 ## preview: docs/overview-preview.png from a real Prometheus run (~12 min; not a Grafana screenshot)
 preview: $(STAMP) tools
-	$(PY) dashboards/render_preview.py --live --out docs/overview-preview.png
+	$(PY) tests/render_preview.py --live --out docs/overview-preview.png
 
 ## demo: the live demo -- a simulated 8-engine vLLM, the exporter, and a terminal view (Ctrl-C stops).
 ## Options through ARGS, e.g. make demo ARGS="--exporter-port 9800 --simulator-port 18100 --speed 2"

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from conftest import cli_path, require
-from vllm_specdec_exporter import rules
+from vllm_specdec_exporter.generators import rules
 
 
 def collapse_scenario(at_seconds: int) -> str:

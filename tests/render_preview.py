@@ -5,8 +5,8 @@ overview dashboard's own panel queries (read from the committed JSON, template
 variables substituted) against a Prometheus over a time range and plots them
 with matplotlib.
 
-    python dashboards/render_preview.py --prometheus http://127.0.0.1:9090 --start T0 --end T1 --out docs/overview-preview.png
-    python dashboards/render_preview.py --live --out docs/overview-preview.png   # runs its own stack (~12 min)
+    python tests/render_preview.py --prometheus http://127.0.0.1:9090 --start T0 --end T1 --out docs/overview-preview.png
+    python tests/render_preview.py --live --out docs/overview-preview.png   # runs its own stack (~12 min)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent
 KEY_PANELS = (
     "Mean acceptance length vs baseline and ceiling: $model_name",
     "Per-position acceptance",
@@ -59,7 +59,7 @@ def render(base: str, start: float, end: float, out: Path, step: float = 5.0) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dashboard = json.loads((HERE / "vllm-specdec-overview.json").read_text())
+    dashboard = json.loads((REPO / "dashboards" / "vllm-specdec-overview.json").read_text())
     by_title = {p["title"]: p for p in panels(dashboard)}
     fig, axes = plt.subplots(2, 2, figsize=(14, 8.5))
     for ax, title in zip(axes.flat, KEY_PANELS):
@@ -104,10 +104,9 @@ phases:
 
 
 def live(out: Path, seconds: float) -> None:
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from prom_harness import stack  # the same harness the tests use
+    from prom_harness import stack  # the same harness the tests use (beside this file, so importable)
 
-    rules_text = (HERE.parent / "alerts" / "rules.yaml").read_text()
+    rules_text = (REPO / "alerts" / "rules.yaml").read_text()
     with stack(LIVE_SCENARIO, rules_text, scrape_simulator=True) as st:
         start = time.time()
         time.sleep(WARM_UP + seconds)
@@ -121,7 +120,7 @@ def main() -> int:
     parser.add_argument("--end", type=float)
     parser.add_argument("--live", action="store_true", help="run simulator + exporter + Prometheus, then render")
     parser.add_argument("--seconds", type=float, default=420, help="plotted time after the 5 min warm-up")
-    parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "overview-preview.png")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "overview-preview.png")
     args = parser.parse_args()
     if args.live:
         live(args.out, args.seconds)

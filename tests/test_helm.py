@@ -18,7 +18,7 @@ import yaml
 from conftest import REPO, require
 from prom_harness import http_ok, listening_port, tool, wait_for
 from vllm_specdec_exporter import config as cfg
-from vllm_specdec_exporter.rules import VARIANTS
+from vllm_specdec_exporter.generators.rules import VARIANTS
 from vllm_specdec_exporter.settings import build_settings
 
 CHART = REPO / "helm" / "vllm-specdec-exporter"
@@ -243,7 +243,7 @@ def test_bad_values_are_refused_by_the_schema(args, message):
 
 
 def test_chart_files_are_generated_copies():
-    from vllm_specdec_exporter import rules
+    from vllm_specdec_exporter.generators import rules
 
     assert rules.main(["--check", str(REPO / "alerts"), "--chart-files", str(CHART / "files")]) == 0
     for f in (CHART / "files" / "dashboards").iterdir():

@@ -51,3 +51,22 @@ def test_the_import_scanner_sees_a_forbidden_import(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from .settings import BaselineProfile\nfrom .adapters.vllm_v1 import series_name\n")
     assert {"settings", "adapters.vllm_v1"} <= imports(probe)
+
+
+def test_the_generators_are_build_tools_the_sidecar_never_imports():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "generators" in path.parts:
+            continue
+        bad = {m for m in imports(path) if m.split(".")[0] == "generators"}
+        assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
+
+
+def test_no_sys_path_tricks_in_the_package():
+    offenders = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py") if "sys.path" in p.read_text()]
+    assert offenders == []
+
+
+def test_no_module_is_named_like_a_top_level_folder():
+    folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    modules = {p.stem for p in PACKAGE.rglob("*.py")} | {p.name for p in PACKAGE.rglob("*") if p.is_dir()}
+    assert modules & folders == set()

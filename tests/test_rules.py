@@ -14,7 +14,8 @@ import yaml
 import promtool_cases
 from conftest import REPO
 from prom_harness import COLLAPSE_AT, HEALTHY_AL, Stack, tool, wait_for
-from vllm_specdec_exporter import config, rules
+from vllm_specdec_exporter import config
+from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.health import judge, match_profile
 from vllm_specdec_exporter.model import Counters
 from vllm_specdec_exporter.settings import default_profiles

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grafanalib.core as g
 
-from grafana import Layout, finalize, stat, steps, targets, timeseries, variables
-from vllm_specdec_exporter import config as c
+from .grafana import Layout, finalize, stat, steps, targets, timeseries, variables
+from .. import config as c
 
 UID = "vllm-specdec-exporter"
 P = c.PREFIX

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grafanalib.core as g
 
-from grafana import Layout, bars, finalize, stat, steps, targets, timeseries, variables
-from vllm_specdec_exporter import config as c
-from vllm_specdec_exporter.rules import name
+from .grafana import Layout, bars, finalize, stat, steps, targets, timeseries, variables
+from .. import config as c
+from .rules import name
 
 UID = "vllm-specdec-overview"
 NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
