@@ -50,7 +50,8 @@ def parse_duration(text: object) -> float:
     if m is None and raw != "0":
         raise ValueError(f"{text!r} is not a duration (Prometheus form, e.g. 500ms, 1m30s, 5m, 1h)")
     try:
-        value = sum(int(n) * unit for n, (_, unit) in zip(m.groups(), _DURATION_UNITS) if n) if m else 0.0
+        value = sum(int(n) * unit for n, (_, unit) in zip(m.groups(), _DURATION_UNITS, strict=True) if n) if m else 0.0
+
     except OverflowError:
         value = float("inf")
     if value == float("inf"):

@@ -4,6 +4,8 @@ view that reads the exporter's own /metrics like any client would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
 import signal
 import sys
 import time
@@ -13,7 +15,7 @@ from aiohttp import web
 
 from . import config
 from .collector import P
-from .parser import parse
+from .parser import Sample, parse
 from .render import _safe, bar
 from .settings import build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
@@ -39,7 +41,7 @@ async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRun
 def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -> str:
     exp = parse(body, WANTED)
 
-    def values(name: str, **match) -> list:
+    def values(name: str, **match: str) -> list[Sample]:
         return [s for s in exp.samples.get(f"{P}_{name}", [])
                 if all(s.labels.get(k) == v for k, v in match.items())]
 
@@ -104,10 +106,8 @@ async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float |
                 print(("\x1b[H\x1b[2J" if tty else "\n") + frame, flush=True)
                 if duration is not None and time.monotonic() - started >= duration:
                     break
-                try:
+                with contextlib.suppress(TimeoutError):  # the refresh interval passed
                     await asyncio.wait_for(stop.wait(), refresh)
-                except asyncio.TimeoutError:
-                    pass
     finally:
         await exp_runner.cleanup()
         await sim_runner.cleanup()

@@ -7,12 +7,14 @@ import logging
 import sys
 
 import structlog
+from structlog.typing import Processor
+
 
 
 def configure(fmt: str = "auto", level: str = "info") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
-    shared = [
+    renderer: Processor = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

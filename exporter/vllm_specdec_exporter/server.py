@@ -26,6 +26,8 @@ import ssl
 from asyncio.sslproto import SSLProtocol
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
+
 
 import structlog
 from aiohttp import web
@@ -118,7 +120,8 @@ class _Watch(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.raw is None:
-            self.opened(transport)  # plain HTTP: the socket itself
+            # plain HTTP: the socket's own transport (asyncio hands it over as a BaseTransport)
+            self.opened(cast(asyncio.Transport, transport))
         if self.allowed_sans is not None and not _san_allowed(transport, self.allowed_sans):
             log.warning("client_certificate_refused", reason="no allowed SAN", peer=transport.get_extra_info("peername"))
             self.abort()
@@ -138,15 +141,18 @@ class _Watch(asyncio.Protocol):
             self.waiting = False
             if self._timer:
                 self._timer.cancel()
-            self.handler = self.site._runner.server()
+            server = self.site._runner.server
+            if server is None:  # the runner is set up before any site starts
+                raise RuntimeError("connection before the web runner was set up")
+            self.handler = server()
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
 
-    def eof_received(self):
+    def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
 
-    def connection_lost(self, exc: BaseException | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closed()
         if self.handler is not None:
             handler, self.handler = self.handler, None
@@ -173,15 +179,17 @@ class _TLS(SSLProtocol):
     """asyncio's own TLS layer, told when the socket opens and closes."""
 
     def __init__(self, watch: _Watch, ctx: ssl.SSLContext, handshake_timeout: float):
-        super().__init__(asyncio.get_running_loop(), watch, ctx, None, server_side=True,
-                         ssl_handshake_timeout=handshake_timeout)
+        # typeshed asks for a waiter future and an int timeout; asyncio takes None (nobody waits) and float seconds.
+        super().__init__(asyncio.get_running_loop(), watch, ctx, None,  # type: ignore[arg-type]
+                         server_side=True, ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
         self.watch = watch
 
-    def connection_made(self, transport):
-        self.watch.opened(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.watch.opened(cast(asyncio.Transport, transport))  # the socket's transport, under TLS
         super().connection_made(transport)
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: BaseException | None) -> None:
+
         self.watch.closed()
         super().connection_lost(exc)
 
@@ -239,9 +247,13 @@ def install_accept_error_handler(loop: asyncio.AbstractEventLoop, pool: Pool) ->
     previous = loop.get_exception_handler()
     state = {"logged": float("-inf"), "evicted": float("-inf"), "suppressed": 0}
 
-    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if not str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-            return previous(loop, context) if previous else loop.default_exception_handler(context)
+            if previous:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
         now = loop.time()
         if now - state["evicted"] >= 0.1:
             state["evicted"] = now

@@ -318,10 +318,12 @@ class Simulation:
             }
             for name, family in hist_families.items():
                 count, value, total = observations.get(name, (requests, 20.0, requests * 20.0))
-                buckets = [(floatToGoString(b), count if value <= b else 0) for b in hists[name][1]]
+                # prometheus_client.utils is untyped: floatToGoString(float) -> str
+                buckets = [(floatToGoString(b), count if value <= b else 0) for b in hists[name][1]]  # type: ignore[no-untyped-call]
                 family.add_metric(lv, [*buckets, ("+Inf", count)], total)
                 if single:
-                    family.samples.append(Sample(f"{name}_created", dict(zip(labels, lv)), e.created))
+                    family.samples.append(Sample(f"{name}_created", dict(zip(labels, lv, strict=True)), e.created))
+
 
         spec = [drafts, tokens, accepted, per_pos]
         rest = [running, waiting, kv, cache_q, cache_h, preempt, prompt, generation, success, *hist_families.values()]

@@ -83,8 +83,9 @@ async def fetch_metrics(
     url: str,
     *,
     max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
-    timeout: float = config.DEFAULT_HTTP_TIMEOUT_SECONDS,
+    timeout: float = config.DEFAULT_HTTP_TIMEOUT_SECONDS,  # noqa: ASYNC109 -- aiohttp's ClientTimeout for this request
     headers: dict[str, str] | None = None,
+
 ) -> bytes:
     shown = redact_url(url)
     try:
@@ -112,7 +113,7 @@ async def fetch_metrics(
                 if len(body) > max_bytes:  # stop reading: the real size stays unknown
                     raise PayloadTooLarge(None, max_bytes, shown)
             return bytes(body)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise SourceError(f"{shown} did not answer within {timeout:g} s", "timeout") from None
     except aiohttp.ClientConnectorError as e:
         raise SourceError(f"cannot connect to {shown}: {e.os_error or e}", "connect_error") from None
@@ -122,7 +123,8 @@ async def fetch_metrics(
         raise SourceError(f"{shown}: {type(e).__name__}: {e}") from None
 
 
-async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:
+async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:  # noqa: ASYNC109 -- passed to fetch_metrics
+
     async with aiohttp.ClientSession() as session:
         return await fetch_metrics(session, url, max_bytes=max_bytes, timeout=timeout)
 

@@ -42,7 +42,7 @@ import secrets
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,8 @@ import bcrypt
 import structlog
 import yaml
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
 
 from . import config
 from .settings import ConfigError
@@ -111,7 +113,7 @@ class WebConfig:
 
 # --- OpenSSL settings Python's ssl module has no API for -----------------------------
 
-def _libssl():
+def _libssl() -> ctypes.CDLL:
     import _ssl
     lib = ctypes.CDLL(_ssl.__file__)  # resolves libssl's symbols through _ssl's own link
     lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
@@ -128,7 +130,7 @@ _ACCEPT_ANY = _VERIFY_CB(lambda preverify_ok, store: 1)  # module-level: must ou
 _SSL_CTRL_SET_GROUPS_LIST = 92
 
 
-def _ssl_ctx(ctx: ssl.SSLContext, key: str):
+def _ssl_ctx(ctx: ssl.SSLContext, key: str) -> tuple[ctypes.CDLL, int]:
     """The context's SSL_CTX*, checked against what Python reports before anything is set through it."""
     try:
         lib = _libssl()
@@ -137,7 +139,7 @@ def _ssl_ctx(ctx: ssl.SSLContext, key: str):
             ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}[ctx.verify_mode]
     except (OSError, AttributeError, ValueError):
         ok = False
-    if not ok:
+    if not ok or not ptr:
         raise ConfigError(key, "cannot be honoured with this Python build's ssl module")
     return lib, ptr
 
@@ -159,7 +161,7 @@ def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
 
 # --- Loading ------------------------------------------------------------------------
 
-def _path(key: str, value, base: Path) -> str:
+def _path(key: str, value: object, base: Path) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(key, "must be a file path")
     path = (base / value) if not Path(value).is_absolute() else Path(value)
@@ -168,7 +170,7 @@ def _path(key: str, value, base: Path) -> str:
     return str(path)
 
 
-def _names(key: str, value, valid: Mapping) -> list[str]:
+def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "expected a non-empty list")
     for name in value:
@@ -177,7 +179,7 @@ def _names(key: str, value, valid: Mapping) -> list[str]:
     return value
 
 
-def _version(tls: dict, key: str, default: str) -> ssl.TLSVersion:
+def _version(tls: dict[str, object], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key, default)
     if value not in TLS_VERSIONS:
         raise ConfigError(f"tls_server_config.{key}", f"{value!r} is not one of TLS12, TLS13 (OpenSSL here refuses "
@@ -185,7 +187,7 @@ def _version(tls: dict, key: str, default: str) -> ssl.TLSVersion:
     return TLS_VERSIONS[value]
 
 
-def _tls_context(tls, base: Path, files: list[str]) -> tuple[ssl.SSLContext, frozenset[str] | None]:
+def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLContext, frozenset[str] | None]:
     if not isinstance(tls, dict):
         raise ConfigError("tls_server_config", "expected a mapping")
     for k in tls:
@@ -251,7 +253,7 @@ def _tls_context(tls, base: Path, files: list[str]) -> tuple[ssl.SSLContext, fro
     return ctx, None if sans is None else frozenset(sans)
 
 
-def _http_server_config(http) -> dict[str, str]:
+def _http_server_config(http: object) -> dict[str, str]:
     if not isinstance(http, dict):
         raise ConfigError("http_server_config", "expected a mapping")
     for k, v in http.items():
@@ -272,7 +274,7 @@ def _http_server_config(http) -> dict[str, str]:
     return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
 
 
-def _rate_limit(rate) -> tuple[float, int] | None:
+def _rate_limit(rate: object) -> tuple[float, int] | None:
     if not isinstance(rate, dict) or set(rate) - {"interval", "burst"}:
         raise ConfigError("rate_limit", "expected a mapping with interval and burst")
     interval = rate.get("interval", 0)
@@ -341,8 +343,11 @@ def _load_web_config(path: str) -> WebConfig:
                      allowed_sans=sans, files=tuple(files))
 
 
-def _signature(files) -> tuple:
-    out = []
+_Signature = tuple[tuple[object, ...], ...]  # per file: path, inode, mtime, size (path alone if unreadable)
+
+
+def _signature(files: Iterable[str]) -> _Signature:
+    out: list[tuple[object, ...]] = []
     for f in files:
         try:
             st = os.stat(f)  # follows symlinks: a Kubernetes Secret swaps its ..data link
@@ -392,7 +397,7 @@ class LiveWebConfig:
         except ConfigError as e:
             return e
 
-    def _loaded(self, signature: tuple, new: WebConfig | ConfigError) -> None:
+    def _loaded(self, signature: _Signature, new: WebConfig | ConfigError) -> None:
         self._loading = False
         if isinstance(new, ConfigError):
             if str(new) != self._last_error:
@@ -463,11 +468,13 @@ class _Bucket:
         return False
 
 
-def auth_middleware(live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic):
+def auth_middleware(
+    live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic
+) -> Middleware:
     buckets: dict[tuple[float, int], _Bucket] = {}
 
     @web.middleware
-    async def middleware(request: web.Request, handler):
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         cfg = live.current()
         try:
             response = await _guarded(request, handler, cfg)
@@ -477,7 +484,7 @@ def auth_middleware(live: LiveWebConfig, authenticator: Authenticator, mono: Cal
         response.headers.update(cfg.headers)
         return response
 
-    async def _guarded(request: web.Request, handler, cfg: WebConfig):
+    async def _guarded(request: web.Request, handler: Handler, cfg: WebConfig) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
         if cfg.rate_limit:
