@@ -231,8 +231,11 @@ POD_LABEL = "pod"
 # problem even when nine healthy ones would hide it in a fleet-wide ratio.
 ALERT_LEVEL = "namespace_pod_model_name"
 # Positions a generated rule covers (conditional and "last position" rules need
-# one clause per position: PromQL cannot do arithmetic on label values).
+# one clause per position: PromQL cannot do arithmetic on label values). Not a second
+# limit on k (MAX_K is the one): a target with a larger k is read, judged and exported,
+# and the sidecar warns once that the wasted-tokens alert cannot fire for it.
 MAX_SPECULATIVE_TOKENS = 8
+assert MAX_SPECULATIVE_TOKENS <= MAX_K
 # Ratio alerts need traffic: DETECTION.min_drafts_per_second (the same floor as health).
 ALERT_MIN_GENERATION_TOKENS_PER_SECOND = 1.0
 # How long each verdict must hold before its alert fires. Collapsed (critical): 10m,

@@ -313,6 +313,9 @@ class TargetPoller:
                          note="the last one logged" if self._appeared_logged == 100 else None)
         for message in snapshot.warnings:
             self._warn_once(message)
+        for k in sorted({c.k for c in read.kept.values()} - set(range(config.MAX_SPECULATIVE_TOKENS + 1))):
+            self._warn_once(f"k={k} is above the {config.MAX_SPECULATIVE_TOKENS} positions the generated rules "
+                            f"cover (config.MAX_SPECULATIVE_TOKENS): the wasted-tokens alert cannot fire for it")
         self.view = replace(
             view, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
             counter_resets=view.counter_resets + len(observation.restarted),

@@ -188,7 +188,7 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
         pattern = re.compile(_safe_pattern(f"{key}.model", str(raw["model"])))
     except re.error as e:
         raise ConfigError(f"{key}.model", f"{raw['model']!r} is not a regular expression: {e}") from None
-    k = int(_number(f"{key}.k", raw["k"], 1, 64, integer=True))
+    k = int(_number(f"{key}.k", raw["k"], 1, config.MAX_K, integer=True))
     al = float(_number(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"], 1.0, 65.0))
     if al > k + 1:
         raise ConfigError(f"{key}.mean_acceptance_length", f"{al:g} exceeds k+1={k + 1}")

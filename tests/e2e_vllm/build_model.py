@@ -125,7 +125,7 @@ class EagleHead(nn.Module):
     def forward(self, embeds, hidden):
         x = self.fc(torch.cat([embeds, hidden], -1))
         b, t, h = x.shape
-        split = lambda p: p(x).view(b, t, self.heads, h // self.heads).transpose(1, 2)  # noqa: E731
+        split = lambda p: p(x).view(b, t, self.heads, h // self.heads).transpose(1, 2)
         q, k, v = rope(split(self.q_proj), self.theta), rope(split(self.k_proj), self.theta), split(self.v_proj)
         a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, h))

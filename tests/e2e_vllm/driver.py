@@ -8,6 +8,7 @@ with one API server it prints a `SpecDecoding metrics` line per stats interval.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ MODEL_NAME = "tiny-llama"
 K = 3
 NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 LOG_INTERVAL = 5  # seconds between vLLM's stats log lines (VLLM_LOG_STATS_INTERVAL)
+MAX_MODEL_LEN = 512
 
 SPEC_LINE = re.compile(
     r"SpecDecoding metrics: Mean acceptance length: (?P<al>[\d.]+), .*?"
@@ -147,7 +149,7 @@ class VllmServer:
 
     def launch(self) -> None:
         args = [str(self.venv / "bin" / "vllm"), "serve", str(self.model / "target"), "--host", "127.0.0.1",
-                "--port", str(self.port), "--served-model-name", MODEL_NAME, "--max-model-len", "512",
+                "--port", str(self.port), "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
                 "--max-num-seqs", "8", "--enforce-eager", *self.extra]
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
@@ -210,18 +212,33 @@ class VllmServer:
         return text
 
 
-def drive_load(url: str, requests: int, max_tokens: int) -> int:
-    """``requests`` concurrent greedy completions; returns the completion tokens vLLM reported."""
-    def one(i: int) -> int:
-        body = json.dumps({"model": MODEL_NAME, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens,
-                           "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            assert resp.status == 200, resp.status
-            return json.load(resp)["usage"]["completion_tokens"]
+def _post(url: str, path: str, payload: dict) -> dict:
+    req = urllib.request.Request(url + path, json.dumps({"model": MODEL_NAME, **payload}).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200, resp.status
+        return json.load(resp)
 
-    with ThreadPoolExecutor(requests) as pool:
-        return sum(pool.map(one, range(requests)))
+
+def drive_load(url: str, requests: int, max_tokens: int, to_the_limit: int = 0) -> int:
+    """``requests`` concurrent greedy completions, plus ``to_the_limit`` that run up to
+    the model's length limit, where vLLM drafts fewer than k tokens (so draft tokens are
+    not k x drafts). Returns the completion tokens vLLM reported."""
+    jobs = [(PROMPTS[i % len(PROMPTS)], max_tokens) for i in range(requests)]
+    for i in range(to_the_limit):
+        # A prompt repeated to leave 24, 48, ... tokens of room: runs that end differently.
+        one_prompt = _post(url, "/tokenize", {"prompt": PROMPTS[i]})["count"]
+        prompt = " ".join([PROMPTS[i]] * ((MAX_MODEL_LEN - 24 * (i + 1)) // one_prompt))
+        room = MAX_MODEL_LEN - _post(url, "/tokenize", {"prompt": prompt})["count"]
+        assert room > 0, (prompt, room)
+        jobs.append((prompt, room))
+
+    def one(job: tuple[str, int]) -> int:
+        out = _post(url, "/v1/completions", {"prompt": job[0], "max_tokens": job[1], "temperature": 0, "ignore_eos": True})
+        return out["usage"]["completion_tokens"]
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        return sum(pool.map(one, jobs))
 
 
 def settle(server: VllmServer, timeout: float = 60) -> None:
@@ -326,10 +343,8 @@ class Forwarder:
             pass
         finally:  # either side closing ends the connection both ways
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
             src.close()  # the other thread, woken by the shutdown, closes dst
 
     def close(self) -> None:

@@ -30,11 +30,11 @@ from conftest import REPO, cli_path, require, run_cli
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from driver import (  # noqa: E402
+from driver import (
     K, MODEL_NAME, NGRAM, E2EError, Forwarder, Sidecar, SpecLine, VllmServer, drive_load, free_port, pick, samples,
     settle, wait_for,
 )
-from model_cache import model_dir  # noqa: E402
+from model_cache import model_dir
 
 E2E = Path(os.environ.get("E2E_VLLM_DIR", REPO / ".e2e"))
 VENV = E2E / "venv"
@@ -170,7 +170,7 @@ def oracle_interval(r: Run, server: VllmServer, label: str, requests: int, max_t
         settle(server)
         n0 = len(server.spec_lines())
         before = server.metrics()
-        drive_load(server.url, requests, max_tokens)
+        drive_load(server.url, requests, max_tokens, to_the_limit=3)
         settle(server)
         after = server.metrics()
         lines = server.spec_lines()[n0:]
@@ -202,7 +202,7 @@ def assert_matches_log(label: str, r: Run, out: dict, line: SpecLine) -> dict:
     # vLLM prints AL with 2 decimals, per-position rates with 3, the rate in % with 1.
     assert abs(st["mean_acceptance_length"] - line.mean_acceptance_length) <= 0.005 + 1e-9, figures
     assert len(st["per_position_acceptance"]) == len(line.per_position) == K, figures
-    for ours, theirs in zip(st["per_position_acceptance"], line.per_position):
+    for ours, theirs in zip(st["per_position_acceptance"], line.per_position, strict=True):
         assert abs(ours - theirs) <= 0.0005 + 1e-9, figures
     assert abs(st["acceptance_rate"] * 100 - line.acceptance_percent) <= 0.05 + 1e-9, figures
     assert st["num_drafts"] > 0
@@ -303,7 +303,7 @@ def test_data_parallel_2_multiprocess_mode(run):
         assert_exported_equals_raw(sidecar.caught_up(), raw, {"0", "1"})
         totals = cli_json("report", server.url + "/metrics")["models"][MODEL_NAME]
         assert set(totals["engines"]) == {"0", "1"}
-        for raw_name, key in zip(RAW, ("num_drafts", "num_draft_tokens", "num_accepted_tokens")):
+        for raw_name, key in zip(RAW, ("num_drafts", "num_draft_tokens", "num_accepted_tokens"), strict=True):
             by_engine = raw_by_engine(raw, raw_name)
             assert totals["all"][key] == sum(by_engine.values()), (raw_name, totals["all"], by_engine)
             for e in ("0", "1"):
