@@ -114,6 +114,13 @@ class SpecDecodeCollector(Collector):
         diagnosis = _gauge("diagnosis_info", "A likely cause of the health verdict over the health window (a hint, "
                            "not a certainty; several when several fit): " + ", ".join(config.CAUSES) + ". Always 1.",
                            [T, M, "cause"])
+        # vLLM's per-request histogram (PR #44487), only when the target has it.
+        req_below = _gauge("request_acceptance_below_ratio", "Share of finished requests with acceptance at or below "
+                           "`edge` (the histogram's nearest bucket edge at or below 0.05) over the window.", [T, M, W, "edge"])
+        req_above = _gauge("request_acceptance_above_ratio", "Share of finished requests with acceptance above `edge` "
+                           "(the histogram's nearest bucket edge at or above 0.98) over the window.", [T, M, W, "edge"])
+        requests = _gauge("window_requests", "Finished requests in the per-request acceptance histogram over the window.",
+                          tmw)
         for v in views:
             for mv in v.models:
                 k.add_metric([v.name, mv.model_name], mv.k)
@@ -129,6 +136,12 @@ class SpecDecodeCollector(Collector):
                     st = mw.stats
                     drafts.add_metric(labels, st.num_drafts)
                     span.add_metric(labels, mw.span_seconds)
+                    if (ra := st.request_acceptance) is not None:
+                        requests.add_metric(labels, ra.requests)
+                        if ra.below_edge is not None:
+                            _add(req_below, [*labels, f"{ra.below_edge:g}"], ra.below_ratio)
+                        if ra.above_edge is not None:
+                            _add(req_above, [*labels, f"{ra.above_edge:g}"], ra.above_ratio)
                     for engine, ef in mw.engines.items():
                         if ef.drafts >= s.min_drafts:
                             el = [v.name, mv.model_name, engine, window]
@@ -144,7 +157,8 @@ class SpecDecodeCollector(Collector):
                         _add(cond, [*labels, str(i)], c)
                     for j, share in enumerate(st.accepted_count_ratio):
                         _add(dist, [*labels, str(j)], share)
-        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health, diagnosis)
+        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health, diagnosis,
+                    req_below, req_above, requests)
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:

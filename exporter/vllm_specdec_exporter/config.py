@@ -16,6 +16,15 @@ VLLM_V1_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_V1_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_V1_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_V1_GENERATION_TOKENS = "vllm:generation_tokens_total"
+# Per-request acceptance histogram (open vLLM PR #44487; optional: absent changes nothing).
+VLLM_V1_REQUEST_ACCEPTANCE = "vllm:request_spec_decode_acceptance_rate"
+VLLM_V1_REQUEST_ACCEPTANCE_BUCKET = VLLM_V1_REQUEST_ACCEPTANCE + "_bucket"
+VLLM_V1_REQUEST_ACCEPTANCE_COUNT = VLLM_V1_REQUEST_ACCEPTANCE + "_count"
+# Requests below / above these per-request acceptances are flagged (PR #44487: very low
+# goes with garbled output, very high with repetition loops). Read at bucket edges:
+# the nearest edge at or below LOW, at or above HIGH (and below 1, the largest rate).
+REQUEST_ACCEPTANCE_LOW = 0.05
+REQUEST_ACCEPTANCE_HIGH = 0.98
 
 # Label names used by vLLM.
 LABEL_MODEL = "model_name"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 
 from . import config
-from .model import Counters, SeriesKey
+from .model import Counters, RequestHistogram, SeriesKey
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
@@ -47,7 +47,35 @@ def _restarted(before: Counters, after: Counters) -> bool:
     pairs += list(zip(before.per_position, after.per_position, strict=True))
     if before.generation_tokens is not None and after.generation_tokens is not None:
         pairs.append((before.generation_tokens, after.generation_tokens))
+    pairs += histogram_pairs(before.request_acceptance, after.request_acceptance)
     return any(a < b for b, a in pairs)
+
+
+def histogram_pairs(before: RequestHistogram | None, after: RequestHistogram | None) -> list[tuple[float, float]]:
+    """(before, after) of each per-request histogram series, when both have the same buckets."""
+    if before is None or after is None or before.edges != after.edges:
+        return []
+    return [*zip(before.cumulative, after.cumulative, strict=True), (before.count, after.count)]
+
+
+def _histogram_delta(before: RequestHistogram | None, after: RequestHistogram | None) -> RequestHistogram | None:
+    # Not comparable (absent on one side, or the buckets changed): no figure, never a guess.
+    if not histogram_pairs(before, after):
+        return None
+    assert before is not None and after is not None
+    return RequestHistogram(after.edges, tuple(a - b for b, a in zip(before.cumulative, after.cumulative, strict=True)),
+                            after.count - before.count)
+
+
+def sum_histograms(items: list[RequestHistogram | None]) -> RequestHistogram | None:
+    """Engines' histograms summed: all of them with the same buckets, or none (a share over
+    only some engines' requests would be wrong)."""
+    first = items[0] if items else None
+    if first is None or any(h is None or h.edges != first.edges for h in items):
+        return None
+    hs = [h for h in items if h is not None]
+    return RequestHistogram(first.edges, tuple(map(sum, zip(*(h.cumulative for h in hs), strict=True))),
+                            sum(h.count for h in hs))
 
 
 def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
@@ -72,6 +100,7 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
             accepted=after.accepted - before.accepted,
             per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position, strict=True)),
             generation_tokens=generation,
+            request_acceptance=_histogram_delta(before.request_acceptance, after.request_acceptance),
         ),
         False,
     )
@@ -122,6 +151,7 @@ def sum_counters(items: Iterable[Counters]) -> Counters:
         per_position=tuple(per_position),
         # A share over only some engines' tokens would be wrong: all or nothing.
         generation_tokens=sum(generation) if items and len(generation) == len(items) else None,
+        request_acceptance=sum_histograms([c.request_acceptance for c in items]),
     )
 
 
@@ -146,6 +176,44 @@ def invariant_violations(c: Counters, series: str) -> list[str]:
     if c.k and _lt(c.k * c.drafts, c.draft_tokens):
         out.append(f"{series}: draft_tokens={c.draft_tokens:g} exceeds k*drafts={c.k}*{c.drafts:g}")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAcceptance:
+    """Shares of finished requests at the extremes of per-request acceptance, read at the
+    histogram's bucket edges (never interpolated): the share at or below ``below_edge``
+    (the nearest edge at or below REQUEST_ACCEPTANCE_LOW) and above ``above_edge`` (the
+    nearest at or above REQUEST_ACCEPTANCE_HIGH, below 1). No such edge: None."""
+
+    requests: float
+    below_edge: float | None
+    below_ratio: float | None
+    above_edge: float | None
+    above_ratio: float | None
+
+    @property
+    def exact(self) -> bool:
+        """Both read at the thresholds themselves, not at a neighbouring edge."""
+        return self.below_edge == config.REQUEST_ACCEPTANCE_LOW and self.above_edge == config.REQUEST_ACCEPTANCE_HIGH
+
+    def to_json(self) -> dict[str, object]:
+        return {"requests": _count(self.requests), "below_edge": self.below_edge, "below_ratio": self.below_ratio,
+                "above_edge": self.above_edge, "above_ratio": self.above_ratio, "exact": self.exact,
+                "thresholds": [config.REQUEST_ACCEPTANCE_LOW, config.REQUEST_ACCEPTANCE_HIGH]}
+
+
+def request_acceptance(h: RequestHistogram) -> RequestAcceptance:
+    low = [i for i, e in enumerate(h.edges) if e <= config.REQUEST_ACCEPTANCE_LOW]
+    # An edge at 1 (or above) says nothing: no request's acceptance exceeds 1.
+    high = [i for i, e in enumerate(h.edges) if config.REQUEST_ACCEPTANCE_HIGH <= e < 1.0]
+    lo, hi = (low[-1] if low else None), (high[0] if high else None)
+    return RequestAcceptance(
+        requests=h.count,
+        below_edge=None if lo is None else h.edges[lo],
+        below_ratio=None if lo is None else ratio(h.cumulative[lo], h.count),
+        above_edge=None if hi is None else h.edges[hi],
+        above_ratio=None if hi is None else ratio(h.count - h.cumulative[hi], h.count),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +245,15 @@ class Stats:
     drafted_tokens_per_second: float | None
     accepted_tokens_per_second: float | None
     warnings: list[str] = field(default_factory=list)
+    # Only when the producer has vLLM's per-request histogram (PR #44487): absent, no key.
+    request_acceptance: RequestAcceptance | None = None
 
     def to_json(self) -> dict[str, object]:
         out = {f: _finite(getattr(self, f)) for f in _STATS_FIELDS}  # dataclasses.asdict deep-copies: slow
+        if self.request_acceptance is None:
+            del out["request_acceptance"]
+        else:
+            out["request_acceptance"] = self.request_acceptance.to_json()
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generation_tokens"):
             out[key] = _count(getattr(self, key))
         out["accepted_per_position"] = [_count(v) for v in self.accepted_per_position]
@@ -241,4 +315,5 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
         drafted_tokens_per_second=per_second(c.draft_tokens),
         accepted_tokens_per_second=per_second(c.accepted),
         warnings=list(warnings),
+        request_acceptance=None if c.request_acceptance is None else request_acceptance(c.request_acceptance),
     )

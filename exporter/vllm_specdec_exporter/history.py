@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import config
-from .derive import align_k, delta, sum_counters
-from .model import Counters, SeriesKey
+from .derive import align_k, delta, histogram_pairs, sum_counters
+from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
 
@@ -84,6 +84,7 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
     pairs = list(zip(_series(base), _series(now), strict=True))
     if base.generation_tokens is not None and now.generation_tokens is not None:
         pairs.append((base.generation_tokens, now.generation_tokens))
+    pairs += histogram_pairs(base.request_acceptance, now.request_acceptance)
     if any(a < b for b, a in pairs):
         return "only some counters went down"
     if now.drafts - base.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
@@ -139,7 +140,7 @@ class TargetHistory:
                 # here. As in Prometheus's increase(), a new series' first value is not
                 # an increment: counting it could add an engine's whole lifetime to a
                 # window, while skipping it loses at most one poll interval.
-                self._engines[key] = _Engine(now, t, _zero(now.k, now.generation_tokens is not None), t)
+                self._engines[key] = _Engine(now, t, _zero(now.k, now.generation_tokens is not None, now.request_acceptance), t)
                 if not first_poll:
                     appeared.append(key)
                 continue
@@ -161,7 +162,7 @@ class TargetHistory:
                 # Two odd polls in a row: this one is the new base, nothing is added.
                 inconsistent.append((key, verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
-                    e.total = _zero(now.k, now.generation_tokens is not None)
+                    e.total = _zero(now.k, now.generation_tokens is not None, now.request_acceptance)
                 e.base, e.base_t = now, t
             else:
                 e.pending, e.pending_kind = now, verdict
@@ -189,6 +190,9 @@ class TargetHistory:
         # new running total makes the window difference treat it as one
         # (derive.delta compares k).
         total = align_k(e.total, inc)
+        if inc.request_acceptance is not None and not histogram_pairs(total.request_acceptance, inc.request_acceptance):
+            # The histogram appeared (or its buckets changed): its running total starts here.
+            total = replace(total, request_acceptance=_zero(0, False, inc.request_acceptance).request_acceptance)
         e.total = inc if total.k != inc.k else sum_counters([total, inc])
 
     def window(self, label: str) -> WindowDelta | None:
@@ -236,5 +240,6 @@ def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], ca
     return kept, refused, forget
 
 
-def _zero(k: int, with_generation: bool) -> Counters:
-    return Counters(0.0, 0.0, 0.0, (0.0,) * k, 0.0 if with_generation else None)
+def _zero(k: int, with_generation: bool, histogram: RequestHistogram | None = None) -> Counters:
+    zero = None if histogram is None else RequestHistogram(histogram.edges, (0.0,) * len(histogram.edges), 0.0)
+    return Counters(0.0, 0.0, 0.0, (0.0,) * k, 0.0 if with_generation else None, zero)

@@ -11,6 +11,16 @@ from .parser import format_series
 
 
 @dataclass(frozen=True, slots=True)
+class RequestHistogram:
+    """vLLM's per-request acceptance histogram (PR #44487) of one engine: finished
+    requests with acceptance <= each finite bucket edge (cumulative), and all of them."""
+
+    edges: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    count: float
+
+
+@dataclass(frozen=True, slots=True)
 class Counters:
     """Cumulative (or delta) speculative-decoding counters of one engine.
 
@@ -24,6 +34,8 @@ class Counters:
     accepted: float
     per_position: tuple[float, ...]
     generation_tokens: float | None = None
+    # Only when the producer exposes it (vLLM with PR #44487); None otherwise.
+    request_acceptance: RequestHistogram | None = None
 
     @property
     def k(self) -> int:

@@ -74,6 +74,8 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
     if entry.get("diagnosis"):
         lines.append("")
         lines.append("  likely cause (a hint, not a certainty):")
+    if (ra := s.get("request_acceptance")) is not None:
+        lines += ["", *_request_lines(ra)]
         lines += [f"    - {CAUSE_TEXT[h['cause']]}: {h['evidence']}" for h in entry["diagnosis"]]
     if len(engines) > 1:
         lines.append("")
@@ -86,6 +88,22 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
                 f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(e, s)}"
             )
     return lines
+
+
+def _request_lines(ra: dict) -> list[str]:
+    """vLLM's per-request histogram (PR #44487): the shares at each end, and the bucket
+    edges they were read at when those are not the thresholds themselves."""
+    low, high = ra["thresholds"]
+
+    def row(sign: str, edge: float | None, threshold: float, share: float | None) -> str:
+        if edge is None:
+            return f"    acceptance {sign} {threshold:<5g} {'-':>10}   (no bucket edge to read it at)"
+        note = "" if edge == threshold else f"   (the bucket edge nearest {threshold:g}; no edge at {threshold:g})"
+        return f"    acceptance {sign} {edge:<5g} {_pct(share):>10}{note}"
+
+    return [f"  per-request acceptance  {_num(ra['requests'])} finished requests",
+            row("<=", ra["below_edge"], low, ra["below_ratio"]),
+            row("> ", ra["above_edge"], high, ra["above_ratio"])]
 
 
 def _engine_mark(e: dict, total: dict) -> str:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 
 from .. import config
-from ..model import Counters, SeriesKey, Snapshot, series_name
+from ..model import Counters, RequestHistogram, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample, format_series
 
 _TOTALS = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED)
@@ -51,10 +51,40 @@ def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[st
     return out
 
 
+def _histograms(exp: Exposition, warnings: list[str]) -> dict[SeriesKey, RequestHistogram]:
+    """The per-request acceptance histogram per engine, when vLLM exposes it (PR #44487).
+
+    Optional: an engine whose buckets are malformed just has none (a warning says why);
+    its counters and every other figure are unaffected.
+    """
+    counts = _collect(exp.samples.get(config.VLLM_V1_REQUEST_ACCEPTANCE_COUNT, ()), warnings)
+    buckets: dict[SeriesKey, dict[float, float]] = {}
+    for s in exp.samples.get(config.VLLM_V1_REQUEST_ACCEPTANCE_BUCKET, ()):
+        try:
+            edge = float(s.labels.get("le", ""))
+        except ValueError:
+            warnings.append(f"{_short(s)} has no numeric le label; ignored")
+            continue
+        if _valid(s, warnings) and not math.isnan(edge):
+            buckets.setdefault(_key(s), {}).setdefault(edge, s.value)
+    out: dict[SeriesKey, RequestHistogram] = {}
+    for key, by_edge in buckets.items():
+        edges = tuple(sorted(e for e in by_edge if math.isfinite(e)))
+        cumulative = tuple(by_edge[e] for e in edges)
+        count = counts.get(key, by_edge.get(math.inf))
+        if count is None or not edges or any(a > b for a, b in zip(cumulative, (*cumulative[1:], count), strict=True)):
+            warnings.append(f"{series_name(key)}: {config.VLLM_V1_REQUEST_ACCEPTANCE} buckets are not cumulative "
+                            "or have no count; per-request acceptance left out")
+            continue
+        out[key] = RequestHistogram(edges, cumulative, count)
+    return out
+
+
 class VllmV1Adapter:
     name = "vllm-v1"
     spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
-    families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS)
+    families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS,
+                config.VLLM_V1_REQUEST_ACCEPTANCE_BUCKET, config.VLLM_V1_REQUEST_ACCEPTANCE_COUNT)
 
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         return _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), [])
@@ -85,6 +115,7 @@ class VllmV1Adapter:
                 continue
             per_key[int(raw)] = s.value
 
+        histograms = _histograms(exp, warnings)
         # vLLM creates all k position series at start-up; the lazy Rust frontend
         # creates them on first acceptance. Either way, once the family exists an
         # engine without it was cut off (truncated or partial scrape).
@@ -110,6 +141,7 @@ class VllmV1Adapter:
                 accepted=totals[2][key],
                 per_position=tuple(pos[i] for i in range(len(pos))),
                 generation_tokens=generation.get(key),
+                request_acceptance=histograms.get(key),
             )
         return Snapshot(
             producer=self.name,
