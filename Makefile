@@ -42,7 +42,8 @@ tools:
 
 ## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
 generate: $(STAMP)
-	$(PY) -m vllm_specdec_exporter.generators.rules alerts --chart-files helm/vllm-specdec-exporter/files
+	$(PY) -m vllm_specdec_exporter.generators.rules alerts --chart-files helm/vllm-specdec-exporter/files \
+	  --chart-schema helm/vllm-specdec-exporter/values.schema.json
 	$(PY) tests/promtool_cases.py
 	$(PY) -m vllm_specdec_exporter.generators.boards dashboards --chart-files helm/vllm-specdec-exporter/files/dashboards
 

@@ -41,9 +41,10 @@ async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRun
 def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -> str:
     exp = parse(body, WANTED)
 
-    def values(name: str, **match: str) -> list[Sample]:
+    def values(name: str, model: str | None = None, window: str | None = None, position: str | None = None) -> list[Sample]:
+        match = {config.LABEL_MODEL: model, config.LABEL_WINDOW: window, config.LABEL_POSITION: position}
         return [s for s in exp.samples.get(f"{P}_{name}", [])
-                if all(s.labels.get(k) == v for k, v in match.items())]
+                if all(s.labels.get(k) == v for k, v in match.items() if v is not None)]
 
     lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s",
              f"  simulated vLLM: {sim_url}/metrics    exporter: {exporter_url}/  ({exporter_url}/metrics)", ""]
@@ -51,28 +52,28 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
     if up and up[0].value != 1.0:
         lines.append("  target down")
     for k_sample in values("num_speculative_tokens"):
-        model, k = k_sample.labels["model_name"], int(k_sample.value)
-        state = next((s.labels[f"{P}_health"] for s in values("health", model_name=model) if s.value == 1.0), "-")
-        bad = sorted(((s.labels["engine"], s.labels[f"{P}_engine_health"]) for s in values("engine_health", model_name=model)
+        model, k = k_sample.labels[config.LABEL_MODEL], int(k_sample.value)
+        state = next((s.labels[f"{P}_health"] for s in values("health", model) if s.value == 1.0), "-")
+        bad = sorted(((s.labels[config.LABEL_ENGINE], s.labels[f"{P}_engine_health"]) for s in values("engine_health", model)
                       if s.value == 1.0 and s.labels[f"{P}_engine_health"] in ("collapsed", "degraded")),
                      key=lambda es: (len(es[0]), es[0]))
         why = f"  ({', '.join(f'engine {_safe(e, 24)} {st}' for e, st in bad)})" if bad else ""
-        al = values("mean_acceptance_length", model_name=model, window=DEMO_WINDOW)
-        base = values("baseline_mean_acceptance_length", model_name=model)
-        drafts = values("window_drafts", model_name=model, window=DEMO_WINDOW)
+        al = values("mean_acceptance_length", model, DEMO_WINDOW)
+        base = values("baseline_mean_acceptance_length", model)
+        drafts = values("window_drafts", model, DEMO_WINDOW)
         lines.append(f"model {_safe(model)}   k={k}   figures and health over the last {DEMO_WINDOW}   "
                      f"health: {state.upper()}{why}")
         lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}"
                      f"   baseline {base[0].value if base else float('nan'):.2f}   ceiling {k + 1:.2f}"
                      f"   drafts in window {drafts[0].value if drafts else 0:,.0f}")
         for pos in range(k):
-            p = values("position_acceptance_ratio", model_name=model, window=DEMO_WINDOW, position=str(pos))
+            p = values("position_acceptance_ratio", model, DEMO_WINDOW, str(pos))
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
-        engines = sorted(values("engine_mean_acceptance_length", model_name=model, window=DEMO_WINDOW),
-                         key=lambda s: engine_order(s.labels["engine"]))  # any label string
+        engines = sorted(values("engine_mean_acceptance_length", model, DEMO_WINDOW),
+                         key=lambda s: engine_order(s.labels[config.LABEL_ENGINE]))  # any label string
         if engines:
-            cells = [f"{_safe(s.labels['engine'], 24)}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
+            cells = [f"{_safe(s.labels[config.LABEL_ENGINE], 24)}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
                      for s in engines]
             lines.append("  per engine AL  " + "  ".join(cells))
         lines.append("")

@@ -103,8 +103,8 @@ def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
             raise ConfigError(f"{name}.{key}", f"unknown key (valid: {', '.join(SCENARIO_KEYS)})")
     k = int(_float(f"{name}.k", data.get("k", 2)))
     engines = int(_float(f"{name}.engines", data.get("engines", 1)))
-    if not 1 <= k <= 16 or not 1 <= engines <= 512:
-        raise ConfigError(name, "k must be 1-16 and engines 1-512")
+    if not 1 <= k <= config.MAX_K or not 1 <= engines <= 512:
+        raise ConfigError(name, f"k must be 1-{config.MAX_K} and engines 1-512")
     form = data.get("form", "single-process")
     if form not in ("single-process", "multiprocess"):
         raise ConfigError(f"{name}.form", f"{form!r} is not single-process or multiprocess")

@@ -12,8 +12,10 @@ absent) exist only in the first. Ratios are always ratios of summed rates.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -89,23 +91,6 @@ class Options:
     alias_placeholders: bool = False  # the Helm chart's copy: its template adds the aliases from values
 
 
-DEFAULT_FORS = {
-    "VLLMSpecDecodeAcceptanceCollapsed": c.ALERT_COLLAPSE_FOR,
-    "VLLMSpecDecodeAcceptanceCollapsedFast": c.ALERT_FAST_COLLAPSE_FOR,
-    "VLLMSpecDecodeEngineCollapsed": c.ALERT_ENGINE_COLLAPSE_FOR,
-    "VLLMSpecDecodeEngineLagging": c.ALERT_ENGINE_LAG_FOR,
-    "VLLMSpecDecodeFirstPositionAcceptanceLow": c.ALERT_POSITION0_FOR,
-    "VLLMSpecDecodeAcceptanceBelowBaseline": c.ALERT_BELOW_BASELINE_FOR,
-    "VLLMSpecDecodeAcceptanceDropped": c.ALERT_DROPPED_FOR,
-    "VLLMSpecDecodeNotDrafting": c.ALERT_NOT_DRAFTING_FOR,
-    "VLLMSpecDecodeTargetDown": c.ALERT_TARGET_DOWN_FOR,
-    "VLLMSpecDecodeExporterAbsent": c.ALERT_EXPORTER_ABSENT_FOR,
-    "VLLMSpecDecodeCounterInvariantViolated": c.ALERT_INVARIANT_FOR,
-    "VLLMSpecDecodeSpeculativeTokensWasted": c.ALERT_WASTED_FOR,
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": c.ALERT_HIGH_FOR,
-}
-
-
 def default_options(**changes) -> Options:
     ranges = {w: w for w in (*c.RULE_WINDOWS, c.ALERT_FAST_COLLAPSE_RANGE)}
     return Options(ranges=ranges, fors=dict(DEFAULT_FORS),
@@ -120,12 +105,12 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
     """Recording-rule levels, finest first: (name prefix, labels kept). Names are fixed;
     the fleet labels (cluster, and target in the sidecar variant) ride along at every level."""
     fleet = (o.cluster_label,) if o.cluster_label else ()
-    tgt = ("target",) if src is SIDECAR else ()
-    ns, pod = o.namespace_label, o.pod_label
-    return [("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, "model_name", "engine")),
-            ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, "model_name")),
-            ("namespace_model_name", (*fleet, ns, *tgt, "model_name")),
-            ("model_name", (*fleet, *tgt, "model_name"))]
+    tgt = (c.LABEL_TARGET,) if src is SIDECAR else ()
+    ns, pod, model, engine = o.namespace_label, o.pod_label, c.LABEL_MODEL, c.LABEL_ENGINE
+    return [("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, model, engine)),
+            ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, model)),
+            ("namespace_model_name", (*fleet, ns, *tgt, model)),
+            ("model_name", (*fleet, *tgt, model))]
 
 
 ENGINE = "namespace_pod_model_name_engine"
@@ -156,7 +141,7 @@ def baseline_expr(src: Source, o: Options, by_labels) -> str:
     # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
     k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
     profiles = o.profiles or tuple(default_profiles())
-    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{model_name=~`{_model_regex(p, o, i)}`}} '
+    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{{c.LABEL_MODEL}=~`{_model_regex(p, o, i)}`}} '
                f'== {p.k}), "profile", "{p.name}", "", "")' for i, p in enumerate(profiles)]
     return f"\n  or on({by(by_labels)}) ".join(clauses)
 
@@ -235,179 +220,288 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
     return rules
 
 
+# --- The alert registry: ONE record per alert. Its name, severity, `for`, the thresholds it reads
+# (their meaning: THRESHOLD_MEANINGS), its expression builder and its annotations (summary, the
+# builder's description, likely cause) generate the rules, the Helm schema's alert names, the
+# runbook's index and the Alertmanager example's checks (tests/test_registry.py). ---
+WHERE = f"{{{{ $labels.{c.LABEL_MODEL} }}}} on {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}"
+
+
+@dataclass(frozen=True)
+class X:
+    """What every alert expression is built from, per variant and options."""
+
+    src: Source
+    o: Options
+    lv: dict
+    t: dict
+    on: str
+    eon: str
+    floor: str
+    w: str
+    al5: str
+    d5: str
+    eal5: str
+    ed5: str
+    pos5: str
+    collapse: str
+    k: str
+    al30: str
+    d30: str
+
+
+def _context(src: Source, o: Options) -> X:
+    L, lv = c.ALERT_LEVEL, dict(levels(src, o))
+    t, w = o.thresholds, c.DETECTION.window
+    return X(src=src, o=o, lv=lv, t=t, on=f"on({by(lv[L])})", eon=f"on({by(lv[ENGINE])})",
+             floor=t["min_drafts_per_second"], w=w,
+             al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"), d5=name(L, "drafts", f"rate{w}"),
+             eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), ed5=name(ENGINE, "drafts", f"rate{w}"),
+             pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"), collapse=f"1 + {t['collapse_margin']}",
+             k=name(L, "num_speculative_tokens", "max"),
+             al30=name(L, "mean_acceptance_length", "ratio_rate30m"), d30=name(L, "drafts", "rate30m"))
+
+
+def _collapsed(x: X) -> tuple[str, str]:
+    return (f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
+            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {x.w} (1.0 means no draft "
+            f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
+            f"suspect the draft head (quantised conversion, loader) or draft sampling.")
+
+
+def _collapsed_fast(x: X) -> tuple[str, str]:
+    # The fast page: at production traffic a collapse is certain within a couple of minutes
+    # (config.ALERT_FAST_COLLAPSE_*: the binomial bound); below the floor the slow path pages.
+    fr = x.o.ranges.get(c.ALERT_FAST_COLLAPSE_RANGE, c.ALERT_FAST_COLLAPSE_RANGE)
+    fd = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.drafts}{_sel(x.o)}[{fr}]))"
+    fa = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.accepted}{_sel(x.o)}[{fr}]))"
+    return (f"1 + {fa}\n  / ({fd} >= {x.t['fast_collapse_min_drafts_per_second']})\n< {x.collapse}",
+            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over the last "
+            f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {x.t['fast_collapse_min_drafts_per_second']} drafts/s: "
+            f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
+            f"(quantised conversion, loader) or draft sampling.")
+
+
+def _engine_collapsed(x: X) -> tuple[str, str]:
+    return (f"{x.eal5} < {x.collapse}\nand {x.eon} {x.ed5} > {x.floor}\nunless {x.on} {x.al5} < {x.collapse}",
+            f"Engine {{{{ $labels.engine }}}} of {WHERE} has a mean acceptance length of "
+            f"{{{{ $value | printf \"%.3f\" }}}} over {x.w} with real traffic, while the server as a whole has not "
+            f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
+            f"is corrupt on that rank).")
+
+
+def _engine_lagging(x: X) -> tuple[str, str]:
+    f = x.t["engine_lag_fraction"]
+    return (f"({x.eal5} - 1)\n  < {x.on} group_left() {f} * ({x.al5} - 1)\n"
+            f"and {x.eon} {x.ed5} > {x.floor}\nunless {x.eon} {x.eal5} < {x.collapse}",
+            f"The speculative gain (mean acceptance length - 1) of engine {{{{ $labels.engine }}}} of {WHERE} is "
+            f"{{{{ $value | printf \"%.3f\" }}}} over {x.w}, below {f} x the whole server's. "
+            f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.")
+
+
+def _position0_low(x: X) -> tuple[str, str]:
+    return (f'max without(position) ({x.pos5}{{position="0"}}) < {x.t["position0_floor"]}\n'
+            f'and {x.on} {x.d5} > {x.floor}',
+            f"Position 0 of {WHERE} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
+            f"(healthy MTP: 66 % or more, whatever k). Either a broken draft path (draft sampling, missing draft "
+            f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
+            f"same counters.")
+
+
+def _below_baseline(x: X) -> tuple[str, str]:
+    baseline = name(c.ALERT_LEVEL, "baseline_mean_acceptance_length", "max")
+    f = x.t["degraded_fraction"]
+    return (f"{x.al5}\n  < {x.on} 1 + {f} * ({baseline} - 1)\nand {x.on} {x.d5} > {x.floor}",
+            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {x.w}, below "
+            f"1 + {f} x (baseline - 1) for its baseline profile "
+            f"({baseline}).")
+
+
+def _dropped(x: X) -> tuple[str, str]:
+    L, o = c.ALERT_LEVEL, x.o
+    al1d, d1d = name(L, "mean_acceptance_length", "ratio_rate1d"), name(L, "drafts", "rate1d")
+    keep = f"(1 - {x.t['drop_fraction']})"
+    # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
+    return (f"({x.al30} - 1)\n  < {x.on} {keep} * ({al1d} offset {o.drop_offset} - 1)\n"
+            f"and {x.on} {x.d30} > {x.floor}\nand {x.on} {d1d} offset {o.drop_offset} > {x.floor}\n"
+            f"and {x.on} (max_over_time({x.k}[{o.day_range}]) == {x.on} min_over_time({x.k}[{o.day_range}]))",
+            f"The speculative gain (mean acceptance length - 1) of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} "
+            f"over the last 30m, more than {x.t['drop_fraction']} below its average over the previous day at the "
+            f"same k.")
+
+
+def _not_drafting(x: X) -> tuple[str, str]:
+    L = c.ALERT_LEVEL
+    g5 = name(L, "generation_tokens", f"rate{x.w}")
+    return (f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
+            f"and {x.on} max_over_time({name(L, 'drafts', 'rate1h')}[{x.o.day_range}]) > {x.floor}",
+            f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
+            f"drafting within the last day: speculative decoding is off or silently disabled.")
+
+
+_TARGET_DOWN = "VLLMSpecDecodeTargetDown"  # its builder reads its own `for`
+
+
+def _target_down(x: X) -> tuple[str, str]:
+    o = x.o
+    fail = "|".join(c.TARGET_MISCONFIGURED_RESULTS)
+    unreachable = o.unreachable_range or _minus(c.TARGET_UNREACHABLE_AFTER, o.fors[_TARGET_DOWN])
+    return (f"(\n  {P}_up{_sel(o)} == 0\n  and ignoring(result) "
+            f"increase({P}_exporter_polls_total{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
+            f"or max_over_time({P}_up{_sel(o)}[{unreachable}]) == 0",
+            "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} either answers with something "
+            "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
+            f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
+            "weight reload. See vllm_specdec_exporter_polls_total by result and the sidecar's log.")
+
+
+def _exporter_absent(x: X) -> tuple[str, str]:
+    return (f"absent({P}_exporter_build_info{_sel(x.o)})",
+            "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
+            "scraped, or its series are dropped.")
+
+
+def _invariant(x: X) -> tuple[str, str]:
+    if x.src is SIDECAR:
+        return (f"increase({P}_exporter_invariant_violations_total{_sel(x.o)}[10m]) > 0",
+                "The exporter at {{ $labels.instance }} (target {{ $labels.target }}) saw {{ $value | humanize }} "
+                "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
+                "figures of the affected engine are suspect.")
+    eb = by(x.lv[ENGINE])
+    rng, sel, src = x.o.ranges["5m"], _sel(x.o), x.src
+    acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
+    return (f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
+            f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
+            f"  > on({eb}) 0.001 * {acc} + 0.001",
+            f"Engine {{{{ $labels.engine }}}} of {WHERE} reports accepted tokens that exceed its draft tokens "
+            f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
+
+
+def _wasted(x: X) -> tuple[str, str]:
+    pos1h = name(c.ALERT_LEVEL, "position_acceptance_ratio", "ratio_rate1h")
+    clauses = [f'({pos1h}{{position="{i}"}} < {x.t["wasted_position_ratio"]} and {x.on} {x.k} == {i + 1})'
+               for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
+    return ("(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', 'rate1h')} > {x.floor}",
+            f"The last draft position (position {{{{ $labels.position }}}}) of {WHERE} was accepted in "
+            f"{{{{ $value | humanizePercentage }}}} of drafts over 1h. Each draft still pays for it; consider "
+            f"num_speculative_tokens = {{{{ $labels.position }}}}.")
+
+
+def _suspicious(x: X) -> tuple[str, str]:
+    rate30 = name(c.ALERT_LEVEL, "acceptance_ratio", "ratio_rate30m")
+    return (f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.d30} > {x.floor}",
+            f"Draft acceptance of {WHERE} is {{{{ $value | humanizePercentage }}}} over 30m. Sustained acceptance "
+            f"this high goes with repetition loops (draft and target agree on repeating text).")
+
+
+# Each threshold the alerts read, and what it means (the Helm chart's prometheusRule.thresholds).
+THRESHOLD_MEANINGS = {
+    "collapse_margin": "collapsed: mean acceptance length below 1 + this",
+    "position0_floor": "position 0 accepted in fewer than this share of drafts",
+    "degraded_fraction": "speculative gain below this fraction of the baseline profile's",
+    "engine_lag_fraction": "an engine's gain below this fraction of its server's",
+    "min_drafts_per_second": "traffic floor: drafts/s below which nothing is judged",
+    "drop_fraction": "gain over 30m fell by more than this fraction against the previous day",
+    "min_generation_tokens_per_second": "generation tokens/s above which no drafts means not drafting",
+    "wasted_position_ratio": "the last position accepted in fewer than this share of drafts",
+    "suspicious_acceptance_ratio": "acceptance above this share",
+    "fast_collapse_min_drafts_per_second": "the fast page's traffic floor (drafts/s)",
+}
+
 # The likely cause each alert's own expression points at (issue 15's fingerprints, as far as
 # PromQL sees them): a hint, never a certainty; where two causes fit, both. The sidecar's
 # vllm_specdec_diagnosis_info names the cause from per-engine, restart and k evidence too.
 _GARBAGE = ("the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means "
             "position 0 was accepted in under 10 % of drafts")
-LIKELY_CAUSE = {
-    "VLLMSpecDecodeAcceptanceCollapsed": f"{_GARBAGE}; or a configuration change, if it began with a restart or a "
-                                         f"new k.",
-    "VLLMSpecDecodeAcceptanceCollapsedFast": f"{_GARBAGE}; or a configuration change, if it began with a restart "
-                                             f"or a new k.",
-    "VLLMSpecDecodeEngineCollapsed": "one rank: its siblings on the same server are healthy (a rank-specific load, "
-                                     "device or node).",
-    "VLLMSpecDecodeEngineLagging": "one rank: its siblings on the same server are healthy (a rank-specific load, "
-                                   "device or node).",
-    "VLLMSpecDecodeFirstPositionAcceptanceLow": "a workload shift (synthetic random-token load, temperature, traffic "
-                                                "mix) or a partly broken draft path (draft sampling, missing draft "
-                                                "context): the counters cannot tell them apart.",
-    "VLLMSpecDecodeAcceptanceBelowBaseline": "a workload shift (traffic mix, temperature, synthetic load) or a partly "
-                                             "broken draft path; if position 0 is healthy, the chain breaks after it.",
-    "VLLMSpecDecodeAcceptanceDropped": "a workload shift if the fall was gradual; a configuration change (new "
-                                       "artifact or version at the same k) if it was sudden.",
-    "VLLMSpecDecodeSpeculativeTokensWasted": "the draft chain breaks before the last position: k beyond what the "
-                                             "draft was trained for, or a mis-wired later layer.",
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken "
-                                                "metrics.",
-}
+_CONFIG = f"{_GARBAGE}; or a configuration change, if it began with a restart or a new k."
+_RANK = "one rank: its siblings on the same server are healthy (a rank-specific load, device or node)."
 
 
-def _annotations(alert: str, summary: str, description: str, o: Options) -> dict:
-    out = {"summary": summary, "description": description, "runbook_url": f"{o.runbook_base}#{alert.lower()}"}
-    if alert in LIKELY_CAUSE:
-        out["likely_cause"] = LIKELY_CAUSE[alert]
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    severity: str  # critical pages, warning opens a ticket, info goes nowhere (alertmanager.example.yaml)
+    for_: str
+    thresholds: tuple[str, ...]  # THRESHOLD_MEANINGS keys the expression reads
+    summary: str
+    build: Callable[[X], tuple[str, str]]  # -> (expr, description)
+    likely_cause: str | None = None
+    sidecar_only: bool = False  # needs the sidecar's own series (profiles as gauges, up, build info)
+
+
+ALERTS: tuple[Alert, ...] = (
+    Alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", c.ALERT_COLLAPSE_FOR,
+          ("collapse_margin", "min_drafts_per_second"),
+          "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+          _collapsed, _CONFIG),
+    Alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical", c.ALERT_FAST_COLLAPSE_FOR,
+          ("collapse_margin", "fast_collapse_min_drafts_per_second"),
+          "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
+          "accepted.", _collapsed_fast, _CONFIG),
+    Alert("VLLMSpecDecodeEngineCollapsed", "critical", c.ALERT_ENGINE_COLLAPSE_FOR,
+          ("collapse_margin", "min_drafts_per_second"),
+          "One engine's speculative decoding has collapsed while its siblings are healthy.", _engine_collapsed, _RANK),
+    Alert("VLLMSpecDecodeEngineLagging", "warning", c.ALERT_ENGINE_LAG_FOR,
+          ("engine_lag_fraction", "collapse_margin", "min_drafts_per_second"),
+          "One engine's speculative gain lags far behind its siblings'.", _engine_lagging, _RANK),
+    Alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning", c.ALERT_POSITION0_FOR,
+          ("position0_floor", "min_drafts_per_second"),
+          "The first draft position is rarely accepted: a broken draft path, or synthetic load.", _position0_low,
+          "a workload shift (synthetic random-token load, temperature, traffic mix) or a partly broken draft path "
+          "(draft sampling, missing draft context): the counters cannot tell them apart."),
+    Alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", c.ALERT_BELOW_BASELINE_FOR,
+          ("degraded_fraction", "min_drafts_per_second"),
+          "Speculative-decoding acceptance is below the baseline profile's expectation.", _below_baseline,
+          "a workload shift (traffic mix, temperature, synthetic load) or a partly broken draft path; if position 0 "
+          "is healthy, the chain breaks after it."),
+    Alert("VLLMSpecDecodeAcceptanceDropped", "warning", c.ALERT_DROPPED_FOR, ("drop_fraction", "min_drafts_per_second"),
+          "Speculative-decoding acceptance fell sharply against this deployment's own history.", _dropped,
+          "a workload shift if the fall was gradual; a configuration change (new artifact or version at the same k) "
+          "if it was sudden."),
+    Alert("VLLMSpecDecodeNotDrafting", "warning", c.ALERT_NOT_DRAFTING_FOR,
+          ("min_generation_tokens_per_second", "min_drafts_per_second"),
+          "vLLM generates tokens but speculative decoding has stopped drafting.", _not_drafting),
+    Alert(_TARGET_DOWN, "warning", c.ALERT_TARGET_DOWN_FOR, (),
+          "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.", _target_down, sidecar_only=True),
+    Alert("VLLMSpecDecodeExporterAbsent", "warning", c.ALERT_EXPORTER_ABSENT_FOR, (),
+          "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.", _exporter_absent,
+          sidecar_only=True),
+    Alert("VLLMSpecDecodeCounterInvariantViolated", "info", c.ALERT_INVARIANT_FOR, (),
+          "vLLM's speculative-decoding counters break their own invariants.", _invariant),
+    Alert("VLLMSpecDecodeSpeculativeTokensWasted", "info", c.ALERT_WASTED_FOR,
+          ("wasted_position_ratio", "min_drafts_per_second"),
+          "The last speculative position is almost never accepted: a smaller k would save draft compute.", _wasted,
+          "the draft chain breaks before the last position: k beyond what the draft was trained for, or a "
+          "mis-wired later layer."),
+    Alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", c.ALERT_HIGH_FOR,
+          ("suspicious_acceptance_ratio", "min_drafts_per_second"),
+          "Speculative-decoding acceptance is suspiciously close to 100 %.", _suspicious,
+          "too good to be true: repetition loops, a broken detector or broken metrics."),
+)
+ALERT_NAMES = tuple(a.name for a in ALERTS)
+DEFAULT_FORS = {a.name: a.for_ for a in ALERTS}
+SEVERITIES = ("critical", "warning", "info")
+
+
+def _annotations(a: Alert, description: str, o: Options) -> dict:
+    out = {"summary": a.summary, "description": description, "runbook_url": f"{o.runbook_base}#{a.name.lower()}"}
+    if a.likely_cause:
+        out["likely_cause"] = a.likely_cause
     if o.dashboard_url:
         out["dashboard_url"] = o.dashboard_url
     return out
 
 
-WHERE = "{{ $labels.model_name }} on {{ $labels.namespace }}/{{ $labels.pod }}"
-
-
 def alert_rules(src: Source, o: Options) -> list[dict]:
-    L, lv = c.ALERT_LEVEL, dict(levels(src, o))
-    on, eon = f"on({by(lv[L])})", f"on({by(lv[ENGINE])})"
-    t = o.thresholds
-    floor = t["min_drafts_per_second"]
-    w = c.DETECTION.window
-    al5, d5 = name(L, "mean_acceptance_length", f"ratio_rate{w}"), name(L, "drafts", f"rate{w}")
-    eal5, ed5 = name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), name(ENGINE, "drafts", f"rate{w}")
-    pos5 = name(L, "position_acceptance_ratio", f"ratio_rate{w}")
-    collapse = f"1 + {t['collapse_margin']}"
-    alerts = []
-
-    def alert(alertname: str, severity: str, expr: str, summary: str, description: str) -> None:
-        alerts.append({
-            "alert": alertname, "expr": expr, "for": o.fors[alertname], "labels": {"severity": severity},
-            "annotations": _annotations(alertname, summary, description, o),
-        })
-
-    alert("VLLMSpecDecodeAcceptanceCollapsed", "critical",
-          f"{al5} < {collapse}\nand {on} {d5} > {floor}",
-          "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {w} (1.0 means no draft "
-          f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
-          f"suspect the draft head (quantised conversion, loader) or draft sampling.")
-    # The fast page: at production traffic a collapse is certain within a couple of minutes
-    # (config.ALERT_FAST_COLLAPSE_*: the binomial bound); below the floor the slow path pages.
-    fr = o.ranges.get(c.ALERT_FAST_COLLAPSE_RANGE, c.ALERT_FAST_COLLAPSE_RANGE)
-    fd = f"sum by ({by(lv[L])}) (rate({src.drafts}{_sel(o)}[{fr}]))"
-    fa = f"sum by ({by(lv[L])}) (rate({src.accepted}{_sel(o)}[{fr}]))"
-    alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical",
-          f"1 + {fa}\n  / ({fd} >= {t['fast_collapse_min_drafts_per_second']})\n< {collapse}",
-          "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
-          "accepted.",
-          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over the last "
-          f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {t['fast_collapse_min_drafts_per_second']} drafts/s: "
-          f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
-          f"(quantised conversion, loader) or draft sampling.")
-    alert("VLLMSpecDecodeEngineCollapsed", "critical",
-          f"{eal5} < {collapse}\nand {eon} {ed5} > {floor}\nunless {on} {al5} < {collapse}",
-          "One engine's speculative decoding has collapsed while its siblings are healthy.",
-          f"Engine {{{{ $labels.engine }}}} of {WHERE} has a mean acceptance length of "
-          f"{{{{ $value | printf \"%.3f\" }}}} over {w} with real traffic, while the server as a whole has not "
-          f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
-          f"is corrupt on that rank).")
-    alert("VLLMSpecDecodeEngineLagging", "warning",
-          f"({eal5} - 1)\n  < {on} group_left() {t['engine_lag_fraction']} * ({al5} - 1)\n"
-          f"and {eon} {ed5} > {floor}\nunless {eon} {eal5} < {collapse}",
-          "One engine's speculative gain lags far behind its siblings'.",
-          f"The speculative gain (mean acceptance length - 1) of engine {{{{ $labels.engine }}}} of {WHERE} is "
-          f"{{{{ $value | printf \"%.3f\" }}}} over {w}, below {t['engine_lag_fraction']} x the whole server's. "
-          f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.")
-    alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning",
-          f'max without(position) ({pos5}{{position="0"}}) < {t["position0_floor"]}\nand {on} {d5} > {floor}',
-          "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
-          f"Position 0 of {WHERE} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {w} "
-          f"(healthy MTP: 66 % or more, whatever k). Either a broken draft path (draft sampling, missing draft "
-          f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
-          f"same counters.")
-    baseline = name(L, "baseline_mean_acceptance_length", "max")
-    alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning",
-          f"{al5}\n  < {on} 1 + {t['degraded_fraction']} * ({baseline} - 1)\nand {on} {d5} > {floor}",
-          "Speculative-decoding acceptance is below the baseline profile's expectation.",
-          f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {w}, below "
-          f"1 + {t['degraded_fraction']} x (baseline - 1) for its baseline profile "
-          f"({baseline}).")
-    al30, d30 = name(L, "mean_acceptance_length", "ratio_rate30m"), name(L, "drafts", "rate30m")
-    al1d, d1d = name(L, "mean_acceptance_length", "ratio_rate1d"), name(L, "drafts", "rate1d")
-    k = name(L, "num_speculative_tokens", "max")
-    keep = f"(1 - {t['drop_fraction']})"
-    # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
-    alert("VLLMSpecDecodeAcceptanceDropped", "warning",
-          f"({al30} - 1)\n  < {on} {keep} * ({al1d} offset {o.drop_offset} - 1)\n"
-          f"and {on} {d30} > {floor}\nand {on} {d1d} offset {o.drop_offset} > {floor}\n"
-          f"and {on} (max_over_time({k}[{o.day_range}]) == {on} min_over_time({k}[{o.day_range}]))",
-          "Speculative-decoding acceptance fell sharply against this deployment's own history.",
-          f"The speculative gain (mean acceptance length - 1) of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} "
-          f"over the last 30m, more than {t['drop_fraction']} below its average over the previous day at the same k.")
-    g5 = name(L, "generation_tokens", f"rate{w}")
-    alert("VLLMSpecDecodeNotDrafting", "warning",
-          f"{g5} > {t['min_generation_tokens_per_second']}\nunless {on} {d5} > 0\n"
-          f"and {on} max_over_time({name(L, 'drafts', 'rate1h')}[{o.day_range}]) > {floor}",
-          "vLLM generates tokens but speculative decoding has stopped drafting.",
-          f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {w}, although it was "
-          f"drafting within the last day: speculative decoding is off or silently disabled.")
-    if src is SIDECAR:
-        fail = "|".join(c.TARGET_MISCONFIGURED_RESULTS)
-        unreachable = o.unreachable_range or _minus(c.TARGET_UNREACHABLE_AFTER, o.fors["VLLMSpecDecodeTargetDown"])
-        alert("VLLMSpecDecodeTargetDown", "warning",
-              f"(\n  {P}_up{_sel(o)} == 0\n  and ignoring(result) "
-              f"increase({P}_exporter_polls_total{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
-              f"or max_over_time({P}_up{_sel(o)}[{unreachable}]) == 0",
-              "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
-              "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} either answers with something "
-              "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
-              f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
-              "weight reload. See vllm_specdec_exporter_polls_total by result and the sidecar's log.")
-        alert("VLLMSpecDecodeExporterAbsent", "warning", f"absent({P}_exporter_build_info{_sel(o)})",
-              "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
-              "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
-              "scraped, or its series are dropped.")
-        alert("VLLMSpecDecodeCounterInvariantViolated", "info",
-              f"increase({P}_exporter_invariant_violations_total{_sel(o)}[10m]) > 0",
-              "vLLM's speculative-decoding counters break their own invariants.",
-              "The exporter at {{ $labels.instance }} (target {{ $labels.target }}) saw {{ $value | humanize }} "
-              "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
-              "figures of the affected engine are suspect.")
-    else:
-        eb = by(lv[ENGINE])
-        rng, sel = o.ranges["5m"], _sel(o)
-        acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
-        alert("VLLMSpecDecodeCounterInvariantViolated", "info",
-              f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
-              f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
-              f"  > on({eb}) 0.001 * {acc} + 0.001",
-              "vLLM's speculative-decoding counters break their own invariants.",
-              f"Engine {{{{ $labels.engine }}}} of {WHERE} reports accepted tokens that exceed its draft tokens "
-              f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
-    pos1h = name(L, "position_acceptance_ratio", "ratio_rate1h")
-    clauses = [f'({pos1h}{{position="{i}"}} < {t["wasted_position_ratio"]} and {on} {k} == {i + 1})'
-               for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
-    alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
-          "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {on} {name(L, 'drafts', 'rate1h')} > {floor}",
-          "The last speculative position is almost never accepted: a smaller k would save draft compute.",
-          f"The last draft position (position {{{{ $labels.position }}}}) of {WHERE} was accepted in "
-          f"{{{{ $value | humanizePercentage }}}} of drafts over 1h. Each draft still pays for it; consider "
-          f"num_speculative_tokens = {{{{ $labels.position }}}}.")
-    rate30 = name(L, "acceptance_ratio", "ratio_rate30m")
-    alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info",
-          f"{rate30} > {t['suspicious_acceptance_ratio']}\nand {on} {d30} > {floor}",
-          "Speculative-decoding acceptance is suspiciously close to 100 %.",
-          f"Draft acceptance of {WHERE} is {{{{ $value | humanizePercentage }}}} over 30m. Sustained acceptance "
-          f"this high goes with repetition loops (draft and target agree on repeating text).")
-    return alerts
+    x = _context(src, o)
+    out = []
+    for a in ALERTS:
+        if a.sidecar_only and src is not SIDECAR:
+            continue
+        expr, description = a.build(x)
+        out.append({"alert": a.name, "expr": expr, "for": o.fors[a.name], "labels": {"severity": a.severity},
+                    "annotations": _annotations(a, description, o)})
+    return out
 
 
 def rule_file(variant: str, o: Options | None = None) -> dict:
@@ -485,15 +579,64 @@ def write_or_check(files: dict[str, str], out: Path, check: bool) -> list[str]:
     return stale
 
 
+INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules.py ALERTS by make generate; do not edit -->"
+INDEX_END = "<!-- END alert index -->"
+
+
+def runbook_index() -> str:
+    """The runbook's index of alerts, from the registry: each alert, its severity, `for` and thresholds."""
+    t = default_thresholds()
+    rows = ["| Alert | Severity | For | Variants | Thresholds (default) |", "|---|---|---|---|---|"]
+    for a in ALERTS:
+        th = "; ".join(f"`{k}` = {t[k]}: {THRESHOLD_MEANINGS[k]}" for k in a.thresholds) or "-"
+        variants = "sidecar" if a.sidecar_only else "sidecar, vllm-direct"
+        rows.append(f"| [{a.name}](#{a.name.lower()}) | {a.severity} | {a.for_} | {variants} | {th} |")
+    return "\n".join([INDEX_BEGIN, *rows, INDEX_END])
+
+
+def with_runbook_index(text: str) -> str:
+    """The runbook with its generated block replaced (or added before the first alert's section)."""
+    if INDEX_BEGIN in text:
+        head, rest = text.split(INDEX_BEGIN, 1)
+        return head + runbook_index() + rest.split(INDEX_END, 1)[1]
+    head, sep, rest = text.partition(f"\n## {ALERTS[0].name}\n")
+    return head + "\n" + runbook_index() + "\n" + sep + rest
+
+
+def with_schema_alerts(text: str) -> str:
+    """values.schema.json with prometheusRule.alerts' property names from the registry."""
+    schema = json.loads(text)
+    alerts = schema["properties"]["prometheusRule"]["properties"]["alerts"]
+    per_alert = next(iter(alerts["properties"].values()))
+    alerts["properties"] = {a: per_alert for a in ALERT_NAMES}
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def update_or_check(path: Path, change: Callable[[str], str], check: bool) -> list[str]:
+    text = path.read_text()
+    new = change(text)
+    if new == text:
+        return []
+    if check:
+        return [str(path)]
+    path.write_text(new)
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.generators.rules")
     parser.add_argument("out_dir", nargs="?", default="alerts")
     parser.add_argument("--chart-files", help="also write the Helm chart's copies into this folder")
+    parser.add_argument("--chart-schema", help="the Helm chart's values.schema.json: its alert names")
     parser.add_argument("--check", action="store_true", help="fail if the committed files differ")
     args = parser.parse_args(argv)
     stale = write_or_check(render_all(), Path(args.out_dir), args.check)
     if args.chart_files:
         stale += write_or_check(render_chart_files(), Path(args.chart_files), args.check)
+    if (Path(args.out_dir) / "runbook.md").exists():
+        stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
+    if args.chart_schema:
+        stale += update_or_check(Path(args.chart_schema), with_schema_alerts, args.check)
     if stale:
         print(f"out of date (run make generate): {', '.join(stale)}", file=sys.stderr)
         return 1
