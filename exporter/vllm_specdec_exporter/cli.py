@@ -145,6 +145,13 @@ def _diff(args: argparse.Namespace) -> tuple[dict, str]:
         raise UsageError(f"the two sources come from different producers ({before.producer}, {after.producer})")
     deltas = delta_engines(before.engines, after.engines, series_name)
     warnings = [*before.warnings, *after.warnings, *deltas.warnings]
+    shared = before.engines.keys() & after.engines.keys()
+    if shared and set(deltas.restarted) == shared:
+        # Every engine went down at once: likelier the dumps in the wrong order than N restarts. One line.
+        went_down = tuple(f"{series_name(key)}: counters went down" for key in shared)
+        warnings = [w for w in warnings if not w.startswith(went_down)]
+        warnings.insert(0, f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
+                           f"look swapped (give the older first), or the whole server restarted; counted from zero")
     summary = summarize(deltas.counters, interval, warnings)
     return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
