@@ -29,6 +29,7 @@ from vllm_specdec_exporter.derive import delta, derive, request_acceptance, sum_
 from vllm_specdec_exporter.history import TargetHistory
 from vllm_specdec_exporter.model import RequestHistogram
 from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.render import render_text
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.web import POLLERS, create_app
 
@@ -153,6 +154,16 @@ def test_diff_json_and_text_show_the_shares_and_the_edges(tmp_path):
     # 0.0: 4 of 130 = 3.1 %; at or above 0.98 only 1.0 is left, which says nothing: no figure.
     assert "acceptance <= 0          3.1 %   (the bucket edge nearest 0.05; no edge at 0.05)" in text
     assert "acceptance >  0.98           -   (no bucket edge to read it at)" in text
+
+
+def test_the_text_section_sits_before_the_likely_cause_and_leaves_it_whole(tmp_path):
+    (tmp_path / "b").write_bytes(AFTER)
+    summary = json.loads(run_cli("report", str(tmp_path / "b"), "--format", "json").stdout)
+    summary["models"][MODEL]["diagnosis"] = [{"cause": "too_good", "evidence": "acceptance 99 %"}]
+    lines = render_text(summary, "t").splitlines()
+    at = lines.index("  likely cause (a hint, not a certainty):")
+    assert lines[at + 1].startswith("    - ") and lines[at + 1].endswith(": acceptance 99 %")
+    assert lines.index("  per-request acceptance  130 finished requests") < at
 
 
 def test_report_of_a_payload_without_the_family_has_no_such_section(tmp_path):

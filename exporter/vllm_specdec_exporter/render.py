@@ -71,11 +71,11 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
         lines.append("  accepted exactly      drafts       share")
         for j, (n, share) in enumerate(zip(s["accepted_count_drafts"], s["accepted_count_ratio"], strict=True)):
             lines.append(f"  {j:>16}  {_num(n):>10}  {_pct(share):>10}  {bar(share)}")
+    if (ra := s.get("request_acceptance")) is not None:
+        lines += ["", *_request_lines(ra)]
     if entry.get("diagnosis"):
         lines.append("")
         lines.append("  likely cause (a hint, not a certainty):")
-    if (ra := s.get("request_acceptance")) is not None:
-        lines += ["", *_request_lines(ra)]
         lines += [f"    - {CAUSE_TEXT[h['cause']]}: {h['evidence']}" for h in entry["diagnosis"]]
     if len(engines) > 1:
         lines.append("")
