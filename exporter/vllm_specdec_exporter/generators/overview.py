@@ -135,6 +135,25 @@ def dashboard() -> dict:
         "workload_shift, too_good. Empty: nothing fell. What to check first: the runbook's section per cause.",
         targets((f"max by ({BY}, cause) ({P}_diagnosis_info{{{SEL}}})", "{{model_name}}: {{cause}}"), instant=True),
         "none", NEUTRAL, text_mode="name"), 8, 8)
+    # vLLM's per-request histogram (open PR #44487): empty on a vLLM without it.
+    req, low, high = c.VLLM_V1_REQUEST_ACCEPTANCE, f"{c.REQUEST_ACCEPTANCE_LOW:g}", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"
+    count = f"sum by ({BY}) (increase({req}_count{{{SEL}}}[$window]))"
+
+    def le(edge: str) -> str:
+        return f'sum by ({BY}) (increase({req}_bucket{{{SEL}, le="{edge}"}}[$window]))'
+    lay.add(timeseries(
+        "Requests at the acceptance extremes", f"Share of finished requests whose own acceptance was at or below "
+        f"{low} or above {high}, over $window, from vLLM's per-request histogram (vllm:request_spec_decode_acceptance_"
+        f"rate, vLLM PR #44487; empty without it). vLLM series need its /metrics scraped and bucket edges at {low} "
+        f"and {high}; the sidecar's series (1h window) read at the nearest edge, named in the legend. Bad: very low "
+        f"goes with garbled output, very high with repetition loops.",
+        targets((f"{le(low)} / {count}", f"{{{{model_name}}}} <= {low}"),
+                (f"1 - {le(high)} / {count}", f"{{{{model_name}}}} > {high}"),
+                (f'max by ({BY}, edge) ({P}_request_acceptance_below_ratio{{{SEL}, window="1h"}})',
+                 "{{model_name}} <= {{edge}} (sidecar)"),
+                (f'max by ({BY}, edge) ({P}_request_acceptance_above_ratio{{{SEL}, window="1h"}})',
+                 "{{model_name}} > {{edge}} (sidecar)")),
+        "percentunit", min_=0, max_=1), 24, 8)
 
     lay.row("Throughput")
     lay.add(timeseries(
