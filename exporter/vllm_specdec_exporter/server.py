@@ -199,6 +199,8 @@ class GuardedSite(web.BaseSite):
                  web_config: Callable[[], WebConfig] | None = None, limits: Limits = Limits()):
         super().__init__(runner, backlog=backlog)
         self.host, self.port = host, port
+        self.bound_port = port
+
         self.web_config = web_config
         self.limits = limits
         self.pool = Pool(limits.max_connections)
@@ -219,9 +221,10 @@ class GuardedSite(web.BaseSite):
         # code runs, and an evicted socket's descriptor is only freed on the next tick:
         # keep that batch small (it is counted in the descriptor budget), and the
         # kernel's queue long (a burst of scrapes must not overflow into SYN retries).
-        self._server = await loop.create_server(self._connection, self.host, self.port,
-                                                backlog=config.ACCEPT_BATCH)
-        for listening in self._server.sockets:
+        server = await loop.create_server(self._connection, self.host, self.port, backlog=config.ACCEPT_BATCH)
+        self._server = server
+        self.bound_port = int(server.sockets[0].getsockname()[1])  # the one chosen, with port 0
+        for listening in server.sockets:
             with socket.fromfd(listening.fileno(), listening.family, listening.type) as dup:
                 dup.listen(self._backlog)
         install_accept_error_handler(loop, self.pool)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import aiohttp
 import structlog
@@ -27,9 +28,9 @@ from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Hint, Verdict, judge, match_profile
 from .history import Observation, TargetHistory, admit
-from .model import Counters, SeriesKey, Snapshot, series_name
+from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import NotPrometheusText, PayloadTooLarge
-from .settings import BaselineProfile, Settings, Target
+from .settings import Settings, Target
 from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub
 from .summary import engine_order
 
@@ -192,18 +193,19 @@ class TargetPoller:
         """One poll; returns the result word (also counted in polls_total). Never raises
         (but for cancellation): whatever goes wrong is counted as a result."""
         started = self.mono()
-        read = None
-        generation: dict = {}  # spec decode off: vLLM's generation counters only
-        error = None
+        read: _Read | None = None  # set only on success
+        generation: Mapping[SeriesKey, float] = {}  # spec decode off: vLLM's generation counters only
+        error: str | None = None
         try:
             body = await fetch_metrics(
                 self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
-            read = await self._read(body)
-            result = "success"
-            if isinstance(read, _Failure):
-                result, error, generation, read = read.result, read.error, read.generation, None
+            got = await self._read(body)
+            if isinstance(got, _Failure):
+                result, error, generation = got.result, got.error, got.generation
+            else:
+                result, read = "success", got
         except PayloadTooLarge as e:
             result, error = "too_large", str(e)
         except NotPrometheusText as e:
@@ -221,10 +223,15 @@ class TargetPoller:
         duration = self.mono() - started
         error = scrub(error, self._secrets)  # a target may echo its credentials back
         try:
-            self._record(result, error, duration, read, generation)
+            if read is not None:
+                self._record_success(read, duration)
+            elif result == "no_spec_decode":
+                self._record_spec_decode_off(error, generation, duration)
+            else:
+                self._record_failure(result, error, duration)
         except Exception as e:  # e.g. in the history or the views: this poll failed, not the poller
             result = "error"
-            self._record(result, self._log_exception(e), duration, None, {})
+            self._record_failure(result, self._log_exception(e), duration)
         return result
 
     def _log_exception(self, e: Exception, details: str | None = None) -> str:
@@ -252,40 +259,43 @@ class TargetPoller:
         self._changes = {m: kept_ for m, v in self._changes.items() if (kept_ := [x for x in v if x[0] >= horizon])}
         return {m: list(dict.fromkeys(text for _, text in v)) for m, v in self._changes.items()}
 
-    def _record(self, result: str, error: str | None, duration: float, read: _Read | None,
-                generation: Mapping[SeriesKey, float]) -> None:
-        view = self.view
-        if result == "success":  # the history and views first: if they raise, nothing is counted twice
-            now = self.mono()
-            observation = self.history.observe(now, read.kept, read.forget)
-            models = model_views(self.history, _consistent(self.history, read.kept), self.settings, self.target.method,
-                                 self._recent_changes(now, observation, read.kept))
+    def _counted(self, result: str, duration: float) -> TargetView:
+        """The view with this poll counted (its result and duration)."""
         self._polls[result] = self._polls.get(result, 0) + 1
         for i, bound in enumerate(POLL_DURATION_BUCKETS):
             if duration <= bound:
                 self._buckets[i] += 1
-        common = dict(
-            last_result=result, polls=dict(self._polls), duration_buckets=tuple(self._buckets),
-            duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1,
-        )
-        if result == "no_spec_decode":
-            # vLLM answers, with spec decode off: reachable and current, but with
-            # nothing to derive. Only its generation tokens are exported.
-            if view.last_result != result:
-                log.warning("spec_decode_off", target=self.target.name, error=error)
-            self.failures = 0
-            now = self.mono()
-            self.view = replace(view, up=True, last_error=error, last_success_wall=self.wall(),
-                                last_success_mono=now, raw={}, models=(), generation_only=dict(generation), **common)
-            return
-        if result != "success":
-            self.failures += 1
-            # Logged when the failure starts or changes kind, not on every poll (the
-            # message itself may vary: byte counts, addresses).
-            if view.up or view.last_result != result:
-                log.warning("target_poll_failed", target=self.target.name, result=result, error=error)
-            self.view = replace(view, up=False, last_error=error, **common)
-            return
+        view = self.view
+        return replace(view, last_result=result, polls=dict(self._polls), duration_buckets=tuple(self._buckets),
+                       duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1)
+
+    def _record_failure(self, result: str, error: str | None, duration: float) -> None:
+        view = self.view
+        self.failures += 1
+        # Logged when the failure starts or changes kind, not on every poll (the
+        # message itself may vary: byte counts, addresses).
+        if view.up or view.last_result != result:
+            log.warning("target_poll_failed", target=self.target.name, result=result, error=error)
+        self.view = replace(self._counted(result, duration), up=False, last_error=error)
+
+    def _record_spec_decode_off(self, error: str | None, generation: Mapping[SeriesKey, float], duration: float) -> None:
+        # vLLM answers, with spec decode off: reachable and current, but with
+        # nothing to derive. Only its generation tokens are exported.
+        result = "no_spec_decode"
+        if self.view.last_result != result:
+            log.warning("spec_decode_off", target=self.target.name, error=error)
+        self.failures = 0
+        self.view = replace(self._counted(result, duration), up=True, last_error=error, last_success_wall=self.wall(),
+                            last_success_mono=self.mono(), raw={}, models=(), generation_only=dict(generation))
+
+    def _record_success(self, read: _Read, duration: float) -> None:
+        view = self.view
+        # The history and views first: if they raise, nothing is counted twice.
+        now = self.mono()
+        observation = self.history.observe(now, read.kept, read.forget)
+        models = model_views(self.history, _consistent(self.history, read.kept), self.settings, self.target.method,
+                             self._recent_changes(now, observation, read.kept))
+        counted = self._counted("success", duration)
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)
         self.failures = 0
@@ -317,7 +327,7 @@ class TargetPoller:
             self._warn_once(f"k={k} is above the {config.MAX_SPECULATIVE_TOKENS} positions the generated rules "
                             f"cover (config.MAX_SPECULATIVE_TOKENS): the wasted-tokens alert cannot fire for it")
         self.view = replace(
-            view, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
+            counted, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
             inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent),
@@ -326,7 +336,6 @@ class TargetPoller:
             series_forgotten=view.series_forgotten + len(read.forget),
             raw=_consistent(self.history, read.kept), generation_only={}, models=models,
             producer=snapshot.producer, approximate=snapshot.approximate,
-            **common,
         )
 
     def _warn_once(self, message: str) -> None:
@@ -380,7 +389,7 @@ class _WorkerError(Exception):
         super().__init__(message)
         self.details = details
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_WorkerError], tuple[str, str]]:
         return _WorkerError, (str(self), self.details)
 
 
@@ -408,7 +417,7 @@ class _Failure:
 
     result: str
     error: str
-    generation: dict
+    generation: dict[SeriesKey, float]
 
 
 # In this order: the first class a failure is an instance of names it.
@@ -416,7 +425,7 @@ _RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
             UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
 
 
-_POOL: list = []  # the one parsing process, started on the first big payload
+_POOL: list[ProcessPoolExecutor] = []  # the one parsing process, started on the first big payload
 
 
 def _pool() -> ProcessPoolExecutor:
@@ -439,12 +448,17 @@ def close_parse_pool() -> None:
                 proc.kill()
 
 
-async def _in_worker(fn, *args):
+_T = TypeVar("_T")
+
+
+async def _in_worker(fn: Callable[..., _T], *args: object) -> _T:
+
     try:
         future = asyncio.get_running_loop().run_in_executor(_pool(), fn, *args)
         # A starved or stuck worker must not hold the poll forever.
         return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
-    except (asyncio.TimeoutError, BrokenProcessPool) as e:
+    except (TimeoutError, BrokenProcessPool) as e:
         close_parse_pool()  # the next big payload starts a fresh process
-        what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, asyncio.TimeoutError) else "died"
+        what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
+
         raise _WorkerError(f"the parsing process {what}; it was replaced", "") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import sys
+from typing import TypeVar
+
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -64,7 +66,10 @@ def credentials(url: str, token: str | None = None) -> tuple[str, ...]:
     return tuple(s for s in found if len(s) >= 4)
 
 
-def scrub(text: str | None, secrets: tuple[str, ...]) -> str | None:
+_Text = TypeVar("_Text", str, str | None)
+
+
+def scrub(text: _Text, secrets: tuple[str, ...]) -> _Text:
     """``text`` with every secret replaced: target-supplied text shown anywhere goes
     through this. Also a secret's first 8+ characters: a quoted line may be cut short."""
     for secret in secrets:

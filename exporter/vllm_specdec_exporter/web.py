@@ -12,10 +12,12 @@ import contextlib
 import gzip
 import html
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_log import AccessLogger
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
@@ -24,7 +26,8 @@ from .collector import SpecDecodeCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
-from .service import TargetPoller, TargetView, close_parse_pool
+from .service import ModelView, ModelWindow, TargetPoller, TargetView, close_parse_pool
+
 from .settings import Settings
 from .health import describe
 from .summary import summarize
@@ -34,10 +37,10 @@ from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 # test) must not overflow the accept queue into 1 s SYN retransmits.
 LISTEN_BACKLOG = 1024
 
-POLLERS = web.AppKey("pollers", list)
+POLLERS: web.AppKey[list[TargetPoller]] = web.AppKey("pollers")
 SETTINGS = web.AppKey("settings", Settings)
-MONO = web.AppKey("mono", object)
-READY = web.AppKey("ready", dict)
+MONO: web.AppKey[Callable[[], float]] = web.AppKey("mono")  # the clock every freshness test reads
+READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
 
 
 def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
@@ -46,7 +49,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     # aiohttp's own request limits stand: 8 KiB request line and header fields, 1 MiB body.
     # The auth middleware is there whenever a web config is: a reload may add users.
     authenticator = Authenticator() if web_config else None
-    middlewares = [auth_middleware(web_config, authenticator, mono)] if web_config else []
+    middlewares = [auth_middleware(web_config, authenticator, mono)] if web_config and authenticator else []
     app = web.Application(middlewares=middlewares)
     if authenticator:
         async def close_authenticator(app: web.Application) -> None:
@@ -57,7 +60,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app[POLLERS] = []
     app[READY] = {"ready": False}
 
-    async def pollers_ctx(app: web.Application):
+    async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(auto_decompress=True) as session:
             app[POLLERS].extend(TargetPoller(t, settings, session, mono, wall) for t in settings.targets)
             tasks = [asyncio.create_task(p.run(), name=f"poll:{p.target.name}")
@@ -87,11 +90,11 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     return app
 
 
-def metrics_handler(app: web.Application, registry: CollectorRegistry):
+def metrics_handler(app: web.Application, registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
     """/metrics, rendered once per state: the views are immutable, so until a poll
     publishes a new one or a target turns stale, every scrape gets the same bytes
     (200 concurrent scrapes cost one render)."""
-    cache: dict = {"key": None}
+    cache: dict[str, Any] = {"key": None}  # key: the state rendered; identity, gzip: its bodies
 
     async def metrics(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
@@ -99,7 +102,8 @@ def metrics_handler(app: web.Application, registry: CollectorRegistry):
         views = tuple(p.view for p in app[POLLERS])
         key = (content_type, tuple(is_fresh(v, now, settings.staleness) for v in views))
         old = cache["key"]
-        if old is None or old[0] != key or len(old[1]) != len(views) or any(a is not b for a, b in zip(old[1], views)):
+        if old is None or old[0] != key or len(old[1]) != len(views) or any(
+                a is not b for a, b in zip(old[1], views, strict=True)):
             body = encoder(registry)
             cache.update(key=(key, views), identity=body, gzip=gzip.compress(body, compresslevel=6))
         headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
@@ -143,7 +147,7 @@ def fresh_views(app: web.Application) -> list[TargetView]:
     return [p.view for p in app[POLLERS] if is_fresh(p.view, now, settings.staleness)]
 
 
-def summary_for(app: web.Application, window: str) -> dict:
+def summary_for(app: web.Application, window: str) -> dict[str, Any]:
     """The report JSON schema over one window, across fresh targets."""
     fresh = {v.name for v in fresh_views(app)}
     pollers = [p for p in app[POLLERS] if p.target.name in fresh]
@@ -179,7 +183,7 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _engine_table(mv, w) -> str:
+def _engine_table(mv: ModelView, w: ModelWindow | None) -> str:
     """Per engine over the health window; a collapsed or lagging engine is marked, so one
     dead data-parallel rank cannot hide behind its siblings."""
     if w is None or not w.engines:
@@ -254,7 +258,7 @@ async def start_site(runner: web.AppRunner, host: str | None, port: int, web_con
     site = GuardedSite(runner, host, port, backlog=LISTEN_BACKLOG, limits=limits,
                        web_config=web_config.current if web_config else None)
     await site.start()
-    return site, site._server.sockets[0].getsockname()[1]
+    return site, site.bound_port
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None, web_config: LiveWebConfig | None = None) -> None:
@@ -271,7 +275,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     # Connections stay below the open-file limit, a reserve kept for the polls.
     fit = open_file_limit(config.FD_RESERVE + 3 * config.ACCEPT_BATCH + 2 * len(settings.targets))
     limits = Limits(max_connections=max(8, min(config.MAX_CONNECTIONS, fit)))
-    runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=web.AccessLogger,
+    runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=AccessLogger,
                            handle_signals=False, keepalive_timeout=config.IDLE_TIMEOUT_SECONDS)
     await runner.setup()
     _, port = await start_site(runner, settings.listen_host or None, settings.listen_port, web_config, limits)
