@@ -7,6 +7,8 @@ import json
 import os
 import sys
 import time
+from typing import Any
+
 
 from . import __version__, config
 from .adapters import PRODUCERS, extract
@@ -109,14 +111,14 @@ def _load(source: str, args: argparse.Namespace) -> Snapshot:
         raise ParseError(scrub(f"{name}: {e}", credentials(source))) from None  # the payload may echo them
 
 
-def _report(args: argparse.Namespace) -> tuple[dict, str]:
+def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     snap = _load(args.source, args)
     summary = summarize(snap.engines, None, snap.warnings)
     shown = "stdin" if args.source == "-" else redact_url(args.source)
     return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
 
 
-def _producer(summary: dict, snap: Snapshot) -> str:
+def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
     """Adds the producer to the JSON; returns the line for the text title."""
     summary["producer"] = snap.producer
     summary["approximate"] = list(snap.approximate)
@@ -124,7 +126,7 @@ def _producer(summary: dict, snap: Snapshot) -> str:
     return f"\nproducer: {snap.producer}{approximate}"
 
 
-def _diff(args: argparse.Namespace) -> tuple[dict, str]:
+def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.url:
         if args.sources or args.interval is None:
             raise UsageError("diff --url URL needs --interval (e.g. --interval 60s) and no BEFORE/AFTER")

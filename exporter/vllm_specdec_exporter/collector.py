@@ -152,7 +152,7 @@ class SpecDecodeCollector(Collector):
                     _add(al, labels, st.mean_acceptance_length)
                     _add(rate, labels, st.acceptance_rate)
                     _add(edl, labels, st.effective_draft_length)
-                    for i, (p, c) in enumerate(zip(st.per_position_acceptance, st.conditional_acceptance)):
+                    for i, (p, c) in enumerate(zip(st.per_position_acceptance, st.conditional_acceptance, strict=True)):
                         _add(pos, [*labels, str(i)], p)
                         _add(cond, [*labels, str(i)], c)
                     for j, share in enumerate(st.accepted_count_ratio):
@@ -185,8 +185,9 @@ class SpecDecodeCollector(Collector):
             up.add_metric([v.name], 1.0 if v.up else 0.0)
             for result, n in v.polls.items():
                 polls.add_metric([v.name, result], n)
-            cumulative = [(f"{b:g}", n) for b, n in zip(POLL_DURATION_BUCKETS, v.duration_buckets)]
-            duration.add_metric([v.name], cumulative + [("+Inf", v.duration_count)], v.duration_sum)
+            cumulative = [(f"{b:g}", n) for b, n in zip(POLL_DURATION_BUCKETS, v.duration_buckets, strict=True)]
+            duration.add_metric([v.name], [*cumulative, ("+Inf", v.duration_count)], v.duration_sum)
+
             if v.last_success_wall is not None:
                 last.add_metric([v.name], v.last_success_wall)
             resets.add_metric([v.name], v.counter_resets)

@@ -162,7 +162,10 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
         return Verdict("unknown", "the counters break vLLM's invariants: figures not trusted", states)
     st = derive(total, span)
     al = st.mean_acceptance_length
+    if al is None:  # no drafts at all (possible only with min_drafts 0)
+        return Verdict("idle", "no drafts", states)
     if al - 1.0 < det.collapse_margin:
+
         return Verdict("collapsed", f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}", states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
     if bad:

@@ -56,7 +56,8 @@ class BaselineProfile:
     """The lowest healthy mean acceptance length of a model at one k (settings.py loads them)."""
 
     name: str
-    model: re.Pattern
+    model: re.Pattern[str]
+
     k: int
     mean_acceptance_length: float
     method: str | None = None

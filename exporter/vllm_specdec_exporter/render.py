@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+
 from . import config
 from .health import CAUSE_TEXT
 
@@ -31,7 +34,7 @@ def bar(fraction: float | None, width: int = config.BAR_WIDTH) -> str:
     return "█" * full + "·" * (width - full)
 
 
-def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
+def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> list[str]:
     s = entry["all"]
     engines = entry["engines"]
     k = s["k"]
@@ -90,7 +93,7 @@ def _model_block(model: str, entry: dict, interval: float | None) -> list[str]:
     return lines
 
 
-def _request_lines(ra: dict) -> list[str]:
+def _request_lines(ra: dict[str, Any]) -> list[str]:
     """vLLM's per-request histogram (PR #44487): the shares at each end, and the bucket
     edges they were read at when those are not the thresholds themselves."""
     low, high = ra["thresholds"]
@@ -106,7 +109,7 @@ def _request_lines(ra: dict) -> list[str]:
             row("> ", ra["above_edge"], high, ra["above_ratio"])]
 
 
-def _engine_mark(e: dict, total: dict) -> str:
+def _engine_mark(e: dict[str, Any], total: dict[str, Any]) -> str:
     """Mark the engine the sidecar's health would call collapsed or lagging (config.DETECTION),
     so one dead data-parallel rank stands out of the table."""
     al, model_al = e["mean_acceptance_length"], total["mean_acceptance_length"]
@@ -119,7 +122,8 @@ def _engine_mark(e: dict, total: dict) -> str:
     return ""
 
 
-def render_text(summary: dict, title: str) -> str:
+def render_text(summary: dict[str, Any], title: str) -> str:
+
     lines = [title, ""]
     interval = summary["interval_seconds"]
     for model, entry in summary["models"].items():

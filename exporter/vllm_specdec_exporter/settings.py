@@ -110,10 +110,10 @@ def _number(key: str, value: Any, low: float, high: float, integer: bool = False
 def _choice(key: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}")
-    return value
+    return str(value)
 
 
-def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping:
+def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -148,7 +148,7 @@ def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
     return host, int(port)
 
 
-def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict]:
+def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict[str, str]]:
     """'URL' or 'NAME=URL' per entry; one unnamed target is called 'vllm'."""
     out = []
     for i, entry in enumerate(urls):
@@ -209,12 +209,13 @@ def _safe_pattern(key: str, text: str) -> str:
     a repeat inside a repeat ((a+)+), a repeated alternation ((a|a)*), or more than
     three open-ended repeats (.*.*.*.*: polynomial). Names are capped at
     MAX_LABEL_VALUE_LENGTH, so what is left matches in well under a millisecond."""
-    from re import _constants as c, _parser
+    # Python's own pattern parser: private modules typeshed does not describe.
+    from re import _constants as c, _parser  # type: ignore[attr-defined]
 
     repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
     count = [0]
 
-    def walk(node, inside_repeat: bool) -> None:
+    def walk(node: object, inside_repeat: bool) -> None:
         if isinstance(node, _parser.SubPattern):
             for op, av in node.data:
                 if op in repeats and av[1] > 1:
@@ -248,7 +249,7 @@ def _path(key: str, value: Any) -> str | None:
     return value
 
 
-def load_file(path: str) -> dict:
+def load_file(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
@@ -274,7 +275,8 @@ TOP_KEYS = ("targets", "listen_address", "poll", "windows", "min_drafts", "stale
             "max_series_per_target", "health", "baselines", "log", "web_config_file")
 
 
-def build_settings(file_data: Mapping, overrides: Mapping[str, Any]) -> Settings:
+def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Settings:
+
     """Settings from the YAML mapping, with flag/env ``overrides`` (already picked) on top."""
     data = _mapping("", file_data, TOP_KEYS)
     poll = _mapping("poll", data.get("poll"), ("interval", "timeout", "max_backoff"))

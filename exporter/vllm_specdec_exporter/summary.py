@@ -7,6 +7,8 @@ Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}}},
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
+
 
 from . import config
 from .derive import derive, invariant_violations, sum_counters
@@ -30,7 +32,7 @@ def summarize(
     engines: Mapping[SeriesKey, Counters],
     interval_seconds: float | None = None,
     warnings: Iterable[str] = (),
-) -> dict:
+) -> dict[str, Any]:
     by_model: dict[str, dict[str, Counters]] = {}
     for (model, engine), counters in engines.items():
         by_model.setdefault(model, {})[engine] = counters

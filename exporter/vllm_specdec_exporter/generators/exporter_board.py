@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grafanalib.core as g
 
-from .grafana import Layout, finalize, stat, steps, targets, timeseries, variables
+from .grafana import Json, Layout, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
 
 UID = "vllm-specdec-exporter"
@@ -15,7 +15,8 @@ BY = (f"{CL}, " if CL else "") + "namespace, pod, target"
 LEGEND = "{{pod}} {{target}}"
 
 
-def dashboard() -> dict:
+def dashboard() -> Json:
+
     lay = Layout()
     lay.row("Targets")
     lay.add(stat(

@@ -10,13 +10,17 @@ and a grid layout without overlaps.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grafanalib.core as g
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 GRID_WIDTH = 24
+Json = dict[str, Any]  # a JSON object of the dashboard model
+
 
 
 def target(expr: str, legend: str = "", instant: bool = False, ref: str = "A") -> g.Target:
@@ -27,8 +31,9 @@ def targets(*pairs: tuple[str, str], instant: bool = False) -> list[g.Target]:
     return [target(expr, legend, instant, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
 
 
-def timeseries(title: str, description: str, queries: list[g.Target], unit: str, *, min_=None, max_=None,
-               thresholds=None, overrides=None, legend_calcs=("lastNotNull", "min", "max")) -> g.TimeSeries:
+def timeseries(title: str, description: str, queries: list[g.Target], unit: str, *, min_: float | None = None,
+               max_: float | None = None, thresholds: list[Json] | None = None, overrides: list[Json] | None = None,
+               legend_calcs: Sequence[str] = ("lastNotNull", "min", "max")) -> g.TimeSeries:
     return g.TimeSeries(
         title=title, description=description, targets=queries, dataSource=DATASOURCE, unit=unit,
         valueMin=min_, valueMax=max_, legendDisplayMode="table", legendPlacement="bottom",
@@ -38,20 +43,21 @@ def timeseries(title: str, description: str, queries: list[g.Target], unit: str,
     )
 
 
-def stat(title: str, description: str, queries: list[g.Target], unit: str, thresholds, *, text_mode: str = "value",
-         decimals: int | None = None, mappings=None) -> g.Stat:
+def stat(title: str, description: str, queries: list[g.Target], unit: str, thresholds: list[Json], *,
+         text_mode: str = "value", decimals: int | None = None, mappings: list[Json] | None = None) -> g.Stat:
     return g.Stat(title=title, description=description, targets=queries, dataSource=DATASOURCE, format=unit,
                   thresholds=thresholds, reduceCalc="lastNotNull", textMode=text_mode, graphMode="area",
                   colorMode="background", decimals=decimals, mappings=mappings or [])
 
 
-def bars(title: str, description: str, queries: list[g.Target], unit: str, thresholds, *, max_: float = 1.0) -> g.BarGauge:
+def bars(title: str, description: str, queries: list[g.Target], unit: str, thresholds: list[Json], *,
+         max_: float = 1.0) -> g.BarGauge:
     return g.BarGauge(title=title, description=description, targets=queries, dataSource=DATASOURCE, format=unit,
                       min=0, max=max_, thresholds=thresholds, calc="lastNotNull", displayMode="gradient",
                       orientation="horizontal")
 
 
-def steps(*pairs: tuple[float | None, str]) -> list[dict]:
+def steps(*pairs: tuple[float | None, str]) -> list[Json]:
     """Threshold steps: (from, colour); the first has from=None (the base)."""
     return [{"color": color, "value": value} for value, color in pairs]
 
@@ -60,7 +66,7 @@ def steps(*pairs: tuple[float | None, str]) -> list[dict]:
 class Layout:
     """Places panels left to right, wrapping at 24 columns, rows as tall as their tallest panel."""
 
-    panels: list = field(default_factory=list)
+    panels: list[Any] = field(default_factory=list)  # grafanalib panels
     x: int = 0
     y: int = 0
     row_height: int = 0
@@ -70,7 +76,7 @@ class Layout:
         self.panels.append(g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=GRID_WIDTH, x=0, y=self.y)))
         self.y += 1
 
-    def add(self, panel, w: int, h: int) -> None:
+    def add(self, panel: Any, w: int, h: int) -> None:
         if self.x + w > GRID_WIDTH:
             self._newline()
         panel.gridPos = g.GridPos(h=h, w=w, x=self.x, y=self.y)
@@ -84,7 +90,7 @@ class Layout:
         self.x, self.row_height = 0, 0
 
 
-def _strip(value):
+def _strip(value: Any) -> Any:
     """Drop grafanalib's nulls (and keys holding them) everywhere. The one null
     Grafana's schema asks for is the base threshold step's value (-Infinity in
     Grafana, which JSON cannot spell): it is kept."""
@@ -101,7 +107,7 @@ _LEFTOVERS = ("span", "minSpan", "height", "cacheTimeout", "error", "editable", 
               "timeShift", "interval", "repeat", "transparent", "links")
 
 
-def _fix_panel(panel: dict, next_id) -> dict:
+def _fix_panel(panel: Json, next_id: Callable[[], int]) -> Json:
     panel["id"] = next_id()
     if panel.get("type") != "row":
         panel["datasource"] = DATASOURCE
@@ -121,7 +127,7 @@ def _fix_panel(panel: dict, next_id) -> dict:
     return panel
 
 
-def _modern_bargauge(panel: dict) -> None:
+def _modern_bargauge(panel: Json) -> None:
     """grafanalib writes Grafana 6's ``options.fieldOptions``; move it to fieldConfig/reduceOptions."""
     old = panel["options"].pop("fieldOptions")
     defaults = panel["fieldConfig"].setdefault("defaults", {})
@@ -133,7 +139,7 @@ def _modern_bargauge(panel: dict) -> None:
         panel["options"].pop(key, None)
 
 
-def _fix_variable(var: dict) -> None:
+def _fix_variable(var: Json) -> None:
     if var.get("type") == "query":
         var["datasource"] = DATASOURCE
     for key in ("auto", "auto_count", "auto_min", "useTags"):  # interval-variable and tag leftovers
@@ -142,9 +148,8 @@ def _fix_variable(var: dict) -> None:
         var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
 
 
-def finalize(dashboard: g.Dashboard) -> dict:
-    data = dashboard.to_json_data()
-    data = _strip(_json(data))
+def finalize(dashboard: g.Dashboard) -> Json:
+    data: Json = _strip(_json(dashboard.to_json_data()))
     counter = iter(range(1, 10_000))
     data["panels"] = [_fix_panel(p, lambda: next(counter)) for p in data.get("panels", [])]
     data.pop("rows", None)
@@ -161,7 +166,8 @@ def finalize(dashboard: g.Dashboard) -> dict:
     return data
 
 
-def _json(value):
+def _json(value: Any) -> Any:
+
     """grafanalib objects -> plain JSON types, recursively."""
     if hasattr(value, "to_json_data"):
         return _json(value.to_json_data())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grafanalib.core as g
 
-from .grafana import Layout, bars, finalize, stat, steps, targets, timeseries, variables
+from .grafana import Json, Layout, bars, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
 from .rules import name
 
@@ -39,7 +39,8 @@ HEALTH = f"{P}_health"  # an OpenMetrics StateSet: the state is in a label named
 ENGINE_AL = rule(ENG, "mean_acceptance_length", "ratio_rate$window")
 
 
-def dashboard() -> dict:
+def dashboard() -> Json:
+
     lay = Layout()
     lay.row("Health now")
     lay.add(stat(
@@ -47,7 +48,9 @@ def dashboard() -> dict:
         "degraded (an engine collapsed or lagging, position 0 rarely accepted, or below the baseline profile), "
         "collapsed (acceptance length near 1.0), idle (too few drafts) or unknown (no profile, or counters that "
         "break vLLM's invariants). Bad: collapsed or degraded.",
-        targets((f"max by ({BY}, {HEALTH}) ({HEALTH}{{{SEL}}} == 1)", "{{model_name}}: {{%s}}" % HEALTH),
+        targets((f"max by ({BY}, {HEALTH}) ({HEALTH}{{{SEL}}} == 1)", "{{model_name}}: {{" + HEALTH + "}}"),
+
+
                 instant=True), "none", NEUTRAL, text_mode="name"), 5, 5)
     lay.add(stat(
         "Worst engine", "The lowest acceptance length of any single engine (data-parallel rank) over $window, and "
