@@ -53,9 +53,9 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     """Least squares y = a + b x; returns slope, intercept and R^2."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     a = my - b * mx
-    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True))
     ss_tot = sum((y - my) ** 2 for y in ys)
     return b, a, 1 - ss_res / ss_tot
 
@@ -83,7 +83,8 @@ def main() -> int:
             if k == 2:
                 engine_points.append(engines)
                 engine_costs.append(cost)
-    slope, intercept, r2 = fit(engine_points, engine_costs)
+    slope, _intercept, r2 = fit(engine_points, engine_costs)
+
     print(f"poll_cost_slope_seconds_per_engine_k2: {slope:.7f}")
     print(f"poll_cost_vs_engines_r2: {r2:.4f}")
 
@@ -100,7 +101,8 @@ def main() -> int:
         sizes.append(len(data) / 1e6)
         costs.append(cost)
         print(f"poll_seconds_{target_mb:g}mb: {cost:.6f}")
-    slope, intercept, r2 = fit(sizes, costs)
+    slope, _intercept, r2 = fit(sizes, costs)
+
     print(f"poll_cost_slope_seconds_per_mb: {slope:.6f}")
     print(f"poll_cost_vs_payload_r2: {r2:.4f}")
 

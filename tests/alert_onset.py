@@ -51,7 +51,8 @@ def suite() -> dict:
     groups = []
     for i, (label, (model, healthy, broken)) in enumerate(FIGURES.items()):
         series = []
-        for e, (h, b) in enumerate(zip(healthy, broken)):
+        for e, (h, b) in enumerate(zip(healthy, broken, strict=True)):
+
             series += deployment("vllm-direct", f"case{i}", model, [(h, BREAK), (b, END - BREAK)], engine=str(e))
         checks = [{"eval_time": f"{m}m", "alertname": a, "exp_alerts": []}
                   for a in ALERTS for m in range(BREAK, END)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+
 import shutil
 import subprocess
 import sys
@@ -73,10 +75,9 @@ def pytest_collection_modifyitems(config, items):
     if shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
         from prom_harness import collapse_stack as start
 
-        try:
+        with contextlib.suppress(Exception):  # the fixture starts it again, inside a test, and reports why
             _started.append(_shared.enter_context(start()))
-        except Exception:
-            pass  # the fixture starts it again, inside a test, and reports why
+
 
 
 @pytest.fixture(scope="session")

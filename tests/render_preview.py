@@ -62,7 +62,8 @@ def render(base: str, start: float, end: float, out: Path, step: float = 5.0) ->
     dashboard = json.loads((REPO / "dashboards" / "vllm-specdec-overview.json").read_text())
     by_title = {p["title"]: p for p in panels(dashboard)}
     fig, axes = plt.subplots(2, 2, figsize=(14, 8.5))
-    for ax, title in zip(axes.flat, KEY_PANELS):
+    for ax, title in zip(axes.flat, KEY_PANELS, strict=False):
+
         panel = by_title[title]
         unit = panel["fieldConfig"]["defaults"].get("unit", "none")
         for t in panel["targets"]:

@@ -163,7 +163,7 @@ def tls_status(port: int, ctx: ssl.SSLContext, path: str = "/healthz") -> int | 
             data = b""
             while chunk := s.recv(65536):
                 data += chunk
-    except (ssl.SSLError, ConnectionError, socket.timeout):
+    except (ssl.SSLError, ConnectionError, TimeoutError):
         return "refused"
     if not data.startswith(b"HTTP/1.1 "):
         return "refused"
@@ -172,7 +172,8 @@ def tls_status(port: int, ctx: ssl.SSLContext, path: str = "/healthz") -> int | 
 
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
 
 
 def timed_get(url: str, timeout: float = 5, **kw) -> float:

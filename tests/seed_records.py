@@ -68,7 +68,8 @@ def _from_vllm_bench(name: str, d: dict) -> Record:
 
 
 def _from_metrics_txt(name: str, kv: dict) -> Record:
-    f = lambda k: float(kv[k])  # noqa: E731
+    f = lambda k: float(kv[k])
+
     # k=1 run: draft tokens == drafts; the file records drafts, accepted and pos0.
     before = _counters(f("pre_draft"), f("pre_draft"), f("pre_accepted"), [f("pre_pos0")])
     after = _counters(f("post_draft"), f("post_draft"), f("post_accepted"), [f("post_pos0")])

@@ -260,7 +260,8 @@ def test_sglang_ranks_disagreeing_on_the_width_leave_the_engine_out():
 
 def test_sglang_before_the_verify_counter_is_refused():
     old = b'sglang:spec_accept_length{engine_type="unified",model_name="m"} 2.7\n'
-    with pytest.raises(UnsupportedProducer, match="0.5.15"):
+    with pytest.raises(UnsupportedProducer, match=r"0\.5\.15"):
+
         extract(old)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import itertools
+
 import statistics
 import threading
 import time
@@ -77,7 +79,8 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
                 t.join(60)
             server.stop()
     p99 = percentile(latencies, 99)
-    gaps = [b - a for a, b in zip(polls, polls[1:])] or [float("inf")]
+    gaps = [b - a for a, b in itertools.pairwise(polls)] or [float("inf")]
+
     print(f"\nwrong-password flood, 16 clients, 8 s: {answered[0]} refusals; /healthz p50 "
           f"{1000 * percentile(latencies, 50):.1f} ms, p99 {1000 * p99:.1f} ms, max {1000 * max(latencies):.1f} ms "
           f"over {len(latencies)} probes; {len(polls)} polls, longest gap {max(gaps):.2f} s; "

@@ -99,7 +99,8 @@ def test_delta_k_change_is_a_restart():
 
 
 def test_delta_engines_names_appearing_vanishing_and_restarting():
-    key = lambda e: ("m", e)  # noqa: E731
+    key = lambda e: ("m", e)
+
     before = {key("0"): Counters(10, 10, 5, (5,)), key("1"): Counters(10, 10, 5, (5,)), key("2"): Counters(9, 9, 9, (9,))}
     after = {key("0"): Counters(20, 20, 10, (10,)), key("1"): Counters(4, 4, 2, (2,)), key("3"): Counters(3, 3, 1, (1,))}
     out = delta_engines(before, after, lambda k: f"engine {k[1]}")

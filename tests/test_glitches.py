@@ -318,8 +318,9 @@ def test_a_poll_loop_that_fails_is_restarted_and_counted(monkeypatch):
             monkeypatch.setattr(type(poller), "poll_once", flaky)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 20
-            while calls["n"] < 5 and loop.time() < deadline:
+            while calls["n"] < 5 and loop.time() < deadline:  # noqa: ASYNC110 -- a bounded wait on the patched poller's count
                 await asyncio.sleep(0.05)
+
             assert calls["n"] >= 5  # still polling after the failure
             async with aiohttp.ClientSession() as session:
                 m = await scrape(session, url)
@@ -398,8 +399,9 @@ def test_a_payload_that_is_not_utf8_is_not_prometheus_text(body):
     async def go():
         async def handle(request):
             return web.Response(body=body, content_type="text/plain")
-        async with exporter(handle) as (app, url, session, clock):
+        async with exporter(handle) as (app, url, session, _clock):
             assert await app[POLLERS][0].poll_once() == "not_prometheus"
+
             m = await scrape(session, url)
             assert one(m, f"{P}_up") == 0
             assert "UTF-8" in app[POLLERS][0].view.last_error
@@ -485,7 +487,7 @@ def test_invariant_violations_of_a_window_are_in_the_model_view():
                                               f'{V1}accepted_tokens_per_pos_total{{{lab},position="0"}} {0.9 * d:.0f}',
                                               f'{V1}accepted_tokens_per_pos_total{{{lab},position="1"}} {0.6 * d:.0f}']),
                                 content_type="text/plain")
-        async with exporter(handle) as (app, url, session, clock):
+        async with exporter(handle) as (app, _url, _session, clock):
             await poll_for(app, clock, 15)
             view = app[POLLERS][0].view
             warnings = view.models[0].windows["1m"].stats.warnings

@@ -197,12 +197,13 @@ def test_eof_is_honoured_wherever_it_is():
     assert list(extract(engine_lines() + "# EOFX\n" + engine_lines(engine="1")).engines) == [("m", "0"), ("m", "1")]
 
 
-@pytest.mark.parametrize("value", ["١٢٣", "１２", "1٢"])
+@pytest.mark.parametrize("value", ["١٢٣", "１２", "1٢"])  # noqa: RUF001 -- non-ASCII digits are the point
 def test_non_ascii_digits_make_the_line_malformed(value):
     exp = parse(f'{D}{{engine="0",model_name="m"}} {value}\n', {D})
     assert exp.malformed_lines == 1 and not exp.samples
 
 
 def test_a_payload_that_is_not_utf8_is_not_prometheus_text():
-    with pytest.raises(NotPrometheusText, match="not valid UTF-8 .line 2"):
+    with pytest.raises(NotPrometheusText, match=r"not valid UTF-8 \(line 2"):
+
         parse(("# ok\n" + engine_lines()).encode().replace(b'm"', b'm\xe9"', 1))  # Latin-1 on line 2

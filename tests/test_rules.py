@@ -53,7 +53,8 @@ def test_alert_names_severities_and_annotations():
     for rule in [*sidecar.values(), *direct.values()]:
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         ann = rule["annotations"]
-        assert "{{" not in ann["summary"] and "{{" in ann["description"] or rule["alert"] == "VLLMSpecDecodeExporterAbsent"
+        assert ("{{" not in ann["summary"] and "{{" in ann["description"]) or rule["alert"] == "VLLMSpecDecodeExporterAbsent"
+
         assert ann["runbook_url"].endswith("#" + rule["alert"].lower())
     assert sidecar["VLLMSpecDecodeAcceptanceCollapsed"]["labels"]["severity"] == "critical"
 

@@ -67,7 +67,7 @@ def test_precedence_flags_then_env_then_file(tmp_path):
     assert s.poll_interval == 2 and [(t.name, t.url) for t in s.targets] == [("vllm", "http://flag:1/m")]
     s = load_settings({"config_file": str(path)}, {})
     assert s.poll_interval == 7 and s.targets[0].name == "f"
-    with pytest.raises(ConfigError, match="--poll.interval"):
+    with pytest.raises(ConfigError, match=r"--poll\.interval"):
         load_settings({"vllm_url": ["http://x:1/m"]}, {"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "never"})
 
 
@@ -94,7 +94,7 @@ def test_sigterm_exits_cleanly_with_no_leaked_tasks():
                 lines.append(json.loads(line))
             assert any(r["event"] == event for r in lines), lines
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=15)
     finally:
         proc.kill()
     records = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
@@ -113,7 +113,8 @@ def test_promtool_check_metrics_passes_on_the_output():
             await h.run_for(120)
             await h.stop_simulator(1)
             await h.run_for(5)
-            status, text = await h.get("/metrics")
+            _, text = await h.get("/metrics")
+
             return text
     text = run(go())
     assert "vllm_specdec_engine_mean_acceptance_length" in text and 'vllm_specdec_up{target="t1"} 0.0' in text

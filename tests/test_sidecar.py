@@ -274,8 +274,9 @@ def test_two_targets_multiprocess_and_single_process():
             m = await h.metrics()
             assert sorted(values(m, f"{P}_up")) == [1, 1]
             assert {s.labels["target"] for s in m[f"{P}_drafts_total"]} == {"t0", "t1"}
-            status, text = await h.get("/api/v1/summary?window=1m")
+            _, text = await h.get("/api/v1/summary?window=1m")
             engines = json.loads(text)["models"][MODEL]["engines"]
+
             assert "t0/0" in engines and "t1/7" in engines  # replicas kept apart
     run(go())
 
