@@ -15,14 +15,19 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 from pathlib import Path
 
 import yaml
 
 from .. import config as c
+from ..model import BaselineProfile
 from ..settings import default_profiles
+
+Rule = dict[str, Any]  # one recording or alerting rule, as Prometheus's YAML has it
+
 
 P = c.PREFIX
 
@@ -45,7 +50,7 @@ VARIANTS = {"sidecar": SIDECAR, "vllm-direct": DIRECT}
 FILES = {"sidecar": "rules.yaml", "vllm-direct": "rules-vllm-direct.yaml"}
 
 
-def by(labels) -> str:
+def by(labels: Iterable[str]) -> str:
     return ", ".join(labels)
 
 
@@ -86,12 +91,12 @@ class Options:
     day_range: str = "1d"
     drop_offset: str = "30m"
     unreachable_range: str = ""  # default: TARGET_UNREACHABLE_AFTER minus TargetDown's for
-    profiles: tuple = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
-    aliases: tuple = ()  # (served name, model name the profiles match) for the vllm-direct variant
+    profiles: tuple[BaselineProfile, ...] = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
+    aliases: tuple[tuple[str, str], ...] = ()  # (served name, model name the profiles match) for the vllm-direct variant
     alias_placeholders: bool = False  # the Helm chart's copy: its template adds the aliases from values
 
 
-def default_options(**changes) -> Options:
+def default_options(**changes: Any) -> Options:
     ranges = {w: w for w in (*c.RULE_WINDOWS, c.ALERT_FAST_COLLAPSE_RANGE)}
     return Options(ranges=ranges, fors=dict(DEFAULT_FORS),
                    thresholds=default_thresholds(), **changes)
@@ -122,7 +127,7 @@ def _sel(o: Options, extra: str = "") -> str:
     return f"{{{inner}}}" if inner else ""
 
 
-def _model_regex(profile, o: Options, index: int) -> str:
+def _model_regex(profile: BaselineProfile, o: Options, index: int) -> str:
     """A profile's Python regex (re.search) as an anchored RE2 for =~, plus the served
     names that are aliases of a model it matches."""
     pattern = profile.model.pattern
@@ -135,7 +140,7 @@ def alias_placeholder(index: int) -> str:
     return f"__ALIASES_{index}__"
 
 
-def baseline_expr(src: Source, o: Options, by_labels) -> str:
+def baseline_expr(src: Source, o: Options, by_labels: Iterable[str]) -> str:
     if src is SIDECAR:
         return f"max by ({by(by_labels)}) ({P}_baseline_mean_acceptance_length{_sel(o)})"
     # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
@@ -146,8 +151,8 @@ def baseline_expr(src: Source, o: Options, by_labels) -> str:
     return f"\n  or on({by(by_labels)}) ".join(clauses)
 
 
-def recording_rules(src: Source, o: Options) -> list[dict]:
-    rules: list[dict] = []
+def recording_rules(src: Source, o: Options) -> list[Rule]:
+    rules: list[Rule] = []
 
     def record(record: str, expr: str) -> None:
         rules.append({"record": record, "expr": expr})
@@ -158,14 +163,14 @@ def recording_rules(src: Source, o: Options) -> list[dict]:
     lv = levels(src, o)
     for w in c.RULE_WINDOWS:
         rng = o.ranges[w]
-        finer = None
+        finer: str | None = None  # the level just recorded, which the next one sums
         for level, labels in lv:
             for metric, counter in counters.items():
                 source = f"rate({counter}{sel}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
                 record(name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
             if level != ENGINE:
                 # Positions are not kept per engine: the first level below reads the counters.
-                source = (f"rate({src.per_pos}{sel}[{rng}])" if finer == ENGINE
+                source = (f"rate({src.per_pos}{sel}[{rng}])" if finer is None or finer == ENGINE
                           else name(finer, "position_accepted_tokens", f"rate{w}"))
                 record(name(level, "position_accepted_tokens", f"rate{w}"),
                        f"sum by ({by(labels)}, position) ({source})")
@@ -233,8 +238,8 @@ class X:
 
     src: Source
     o: Options
-    lv: dict
-    t: dict
+    lv: dict[str, tuple[str, ...]]
+    t: dict[str, str]
     on: str
     eon: str
     floor: str
@@ -483,7 +488,7 @@ DEFAULT_FORS = {a.name: a.for_ for a in ALERTS}
 SEVERITIES = ("critical", "warning", "info")
 
 
-def _annotations(a: Alert, description: str, o: Options) -> dict:
+def _annotations(a: Alert, description: str, o: Options) -> dict[str, str]:
     out = {"summary": a.summary, "description": description, "runbook_url": f"{o.runbook_base}#{a.name.lower()}"}
     if a.likely_cause:
         out["likely_cause"] = a.likely_cause
@@ -492,9 +497,9 @@ def _annotations(a: Alert, description: str, o: Options) -> dict:
     return out
 
 
-def alert_rules(src: Source, o: Options) -> list[dict]:
+def alert_rules(src: Source, o: Options) -> list[Rule]:
     x = _context(src, o)
-    out = []
+    out: list[Rule] = []
     for a in ALERTS:
         if a.sidecar_only and src is not SIDECAR:
             continue
@@ -504,7 +509,7 @@ def alert_rules(src: Source, o: Options) -> list[dict]:
     return out
 
 
-def rule_file(variant: str, o: Options | None = None) -> dict:
+def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
     o = o or default_options()
     src = VARIANTS[variant]
     return {"groups": [
@@ -517,7 +522,7 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
-def _str(dumper: yaml.SafeDumper, data: str):
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
     style = "|" if "\n" in data else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
@@ -525,7 +530,7 @@ def _str(dumper: yaml.SafeDumper, data: str):
 _Dumper.add_representer(str, _str)
 
 
-def dump(data: dict, header: str) -> str:
+def dump(data: dict[str, Any], header: str) -> str:
     return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
