@@ -191,7 +191,7 @@ def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simula
         targets = []
         exporter_url = None
         if sidecar:
-            config = {"targets": [{"url": f"http://{sim}/metrics"}], "listen_address": "127.0.0.1:0",
+            config = {"targets": [{"url": f"http://{sim}/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
                       "poll": {"interval": "1s"}, **(exporter_config or {})}
             (tmp / "exporter.yaml").write_text(yaml.safe_dump(config))
             exporter = serve(es, [cli_path(), "serve", "--config.file", str(tmp / "exporter.yaml"),

@@ -113,7 +113,7 @@ def test_url_errors_exit_2_with_one_line(status, body, expected):
         (["report", "."], "is a directory"),
         (["diff", str(DP8)], "diff needs BEFORE AFTER"),
         (["diff", "--url", "http://127.0.0.1:1/metrics"], "needs --interval"),
-        (["report", str(DP8), "--max-bytes", "1000"], "over the 1,000-byte cap"),
+        (["report", str(DP8), "--max-payload-bytes", "1000"], "over the 1,000-byte cap"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(args, expected):
@@ -196,12 +196,12 @@ def test_report_piped_into_head_ends_quietly(tmp_path):
 def test_an_over_cap_payload_names_the_source_and_the_real_size(tmp_path):
     dump = tmp_path / "big.prom"
     dump.write_bytes(b"# padding\n" * 300)
-    proc = run_cli("report", str(dump), "--max-bytes", "1024")
+    proc = run_cli("report", str(dump), "--max-payload-bytes", "1024")
     assert proc.returncode == 2
     assert error_line(proc).endswith(f"{dump}: payload is 3,000 bytes, over the 1,024-byte cap")
     with LoopbackServer(lambda n: web.Response(body=b"# padding\n" * 300000, content_type="text/plain")) as s:
         s_url = s.url
-        proc = run_cli("report", s_url, "--max-bytes", "1024")
+        proc = run_cli("report", s_url, "--max-payload-bytes", "1024")
     assert proc.returncode == 2
     line = error_line(proc)
     assert s_url in line and ("more than 1,024 bytes" in line or "3,000,000 bytes" in line), line

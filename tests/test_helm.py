@@ -351,7 +351,7 @@ def test_image_command_line_from_a_built_wheel(world_readable_tmp):
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "config.yaml").write_text(yaml.safe_dump({"targets": [{"url": "http://127.0.0.1:1/metrics"}],
-                                                      "listen_address": "127.0.0.1:0"}))
+                                                      "web": {"listen_address": "127.0.0.1:0"}}))
     for p in (tmp_path, venv, etc):
         os.chmod(p, 0o755)
     os.chmod(etc / "config.yaml", 0o444)

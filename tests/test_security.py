@@ -129,7 +129,7 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
         config.write_text(yaml.safe_dump({
             "targets": [{"name": "secure", "url": vllm.url, "bearer_token_file": str(tmp_path / "token")},
                         {"name": "no-token", "url": vllm.url}],
-            "listen_address": "127.0.0.1:0", "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
+            "web": {"listen_address": "127.0.0.1:0"}, "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
         server = Serve("--config.file", str(config))
         try:
             base = f"http://127.0.0.1:{server.port()}"

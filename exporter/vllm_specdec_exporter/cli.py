@@ -47,8 +47,8 @@ def _duration(text: str) -> float:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument(
-        "--max-bytes", type=_positive_int, default=config.DEFAULT_MAX_PAYLOAD_BYTES,
-        help=f"refuse payloads larger than this (default: {config.DEFAULT_MAX_PAYLOAD_BYTES})",
+        "--max-payload-bytes", type=_positive_int, default=config.DEFAULT_MAX_PAYLOAD_BYTES,
+        help=f"refuse payloads larger than this (default: {config.DEFAULT_MAX_PAYLOAD_BYTES}; serve's key max_payload_bytes)",
     )
     p.add_argument(
         "--timeout", type=_duration, default=config.DEFAULT_HTTP_TIMEOUT_SECONDS,
@@ -103,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(source: str, args: argparse.Namespace) -> Snapshot:
-    data = read_source(source, args.max_bytes, args.timeout)
+    data = read_source(source, args.max_payload_bytes, args.timeout)
     try:
-        return extract(data, args.max_bytes, args.producer)
+        return extract(data, args.max_payload_bytes, args.producer)
     except ParseError as e:
         name = "stdin" if source == "-" else redact_url(source)
         raise ParseError(scrub(f"{name}: {e}", credentials(source))) from None  # the payload may echo them

@@ -271,14 +271,21 @@ def load_file(path: str) -> dict[str, Any]:
     return data
 
 
-TOP_KEYS = ("targets", "listen_address", "poll", "windows", "min_drafts", "staleness", "max_payload_bytes",
-            "max_series_per_target", "health", "baselines", "log", "web_config_file")
+TOP_KEYS = ("targets", "web", "poll", "windows", "min_drafts", "staleness", "max_payload_bytes",
+            "max_series_per_target", "health", "baselines", "log")
+# Keys renamed when flags and keys were made to map one way: a one-line error names the new key.
+RENAMED = {"listen_address": "web.listen_address", "web_config_file": "web.config.file"}
 
 
 def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Settings:
 
     """Settings from the YAML mapping, with flag/env ``overrides`` (already picked) on top."""
+    for old, new in RENAMED.items():
+        if isinstance(file_data, Mapping) and old in file_data:
+            raise ConfigError(old, f"renamed to {new} (the key of the --{new.replace('_', '-')} flag)")
     data = _mapping("", file_data, TOP_KEYS)
+    web = _mapping("web", data.get("web"), ("listen_address", "config"))
+    web_config = _mapping("web.config", web.get("config"), ("file",))
     poll = _mapping("poll", data.get("poll"), ("interval", "timeout", "max_backoff"))
     health = _mapping("health", data.get("health"), config.DETECTION_KEYS)
     log = _mapping("log", data.get("log"), ("format", "level"))
@@ -296,9 +303,9 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if len(set(names)) != len(names):
         raise ConfigError(target_key, f"target names must be unique, got {names}")
 
-    listen_key = "--web.listen-address" if "listen_address" in overrides else "listen_address"
+    listen_key = "--web.listen-address" if "listen_address" in overrides else "web.listen_address"
     host, port = parse_listen_address(
-        listen_key, overrides.get("listen_address", data.get("listen_address", config.DEFAULT_LISTEN_ADDRESS))
+        listen_key, overrides.get("listen_address", web.get("listen_address", config.DEFAULT_LISTEN_ADDRESS))
     )
 
     interval_key = "--poll.interval" if "poll_interval" in overrides else "poll.interval"
@@ -364,33 +371,68 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
-        web_config_file=_path("web_config_file", overrides.get("web_config_file", data.get("web_config_file"))),
+        web_config_file=_path("web.config.file", overrides.get("web_config_file", web_config.get("file"))),
     )
 
 
-# flag attribute -> (environment variable suffix, settings override key)
-FLAG_ENV = {
-    "vllm_url": ("VLLM_URL", "urls"),
-    "listen_address": ("WEB_LISTEN_ADDRESS", "listen_address"),
-    "poll_interval": ("POLL_INTERVAL", "poll_interval"),
-    "log_format": ("LOG_FORMAT", "log_format"),
-    "log_level": ("LOG_LEVEL", "log_level"),
-    "config_file": ("CONFIG_FILE", "config_file"),
-    "web_config_file": ("WEB_CONFIG_FILE", "web_config_file"),
-}
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One `serve` flag, declared once: argparse, the environment and the README's table read this.
+
+    One rule maps a flag to its config key and environment variable: --web.listen-address is the
+    key web.listen_address (each '.' a level of the YAML, '-' written '_') and the variable
+    VLLM_SPECDEC_EXPORTER_WEB_LISTEN_ADDRESS ('.' and '-' written '_', upper case)."""
+
+    flag: str
+    dest: str  # the override (and argparse) name build_settings reads
+    metavar: str
+    help: str
+    in_file: bool = True  # False: a flag with no key (the file's own name; --vllm.url, whose file form is targets:)
+    repeat: bool = False
+
+    @property
+    def key(self) -> str | None:
+        return self.flag.removeprefix("--").replace("-", "_") if self.in_file else None
+
+    @property
+    def env(self) -> str:
+        return config.ENV_PREFIX + self.flag.removeprefix("--").replace(".", "_").replace("-", "_").upper()
+
+
+FLAGS = (
+    Flag("--vllm.url", "urls", "[NAME=]URL", "vLLM /metrics URL (repeatable; the variable takes a comma-separated "
+         "list; the file's form is targets:)", in_file=False, repeat=True),
+    Flag("--web.listen-address", "listen_address", "[HOST]:PORT", f"where to serve (default {config.DEFAULT_LISTEN_ADDRESS})"),
+    Flag("--web.config.file", "web_config_file", "FILE",
+         "TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web-config format"),
+    Flag("--poll.interval", "poll_interval", "DURATION", f"time between polls (default {config.DEFAULT_POLL_INTERVAL})"),
+    Flag("--log.format", "log_format", "|".join(config.LOG_FORMATS), "default auto"),
+    Flag("--log.level", "log_level", "|".join(config.LOG_LEVELS), "default info"),
+    Flag("--config.file", "config_file", "FILE", "YAML config: everything the flags set and more", in_file=False),
+)
+
+
+def flags_markdown() -> str:
+    """The README's table of serve's flags (tests/test_serve.py checks the README carries it)."""
+    rows = ["| flag | config key | environment variable | meaning |", "|---|---|---|---|"]
+    for f in FLAGS:
+        key = f"`{f.key}`" if f.key else "none"
+        metavar = f.metavar.replace("|", "\\|")  # a | inside a table cell
+        rows.append(f"| `{f.flag} {metavar}` | {key} | `{f.env}` | {f.help} |")
+    return "\n".join(rows)
 
 
 def pick_overrides(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """Flags first; an unset flag falls back to VLLM_SPECDEC_EXPORTER_<NAME>."""
     out: dict[str, Any] = {}
-    for attr, (suffix, key) in FLAG_ENV.items():
-        value = flags.get(attr)
+    for f in FLAGS:
+        value = flags.get(f.dest)
         if value in (None, []):
-            env_value = env.get(config.ENV_PREFIX + suffix)
+            env_value = env.get(f.env)
             if env_value:
-                value = [u.strip() for u in env_value.split(",") if u.strip()] if key == "urls" else env_value
+                value = [u.strip() for u in env_value.split(",") if u.strip()] if f.repeat else env_value
         if value not in (None, []):
-            out[key] = value
+            out[f.dest] = value
     return out
 
 

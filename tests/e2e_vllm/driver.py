@@ -258,7 +258,7 @@ class Sidecar:
 
     def __init__(self, cli: str, scratch: Path, name: str, vllm_url: str):
         self.log = scratch / f"{name}.log"
-        config = {"targets": [{"name": "vllm", "url": vllm_url + "/metrics"}], "listen_address": "127.0.0.1:0",
+        config = {"targets": [{"name": "vllm", "url": vllm_url + "/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
                   "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"}, "windows": ["1m", "1h"], "health": {"window": "1h"},
                   "min_drafts": 1}
         config_file = scratch / f"{name}.yaml"
