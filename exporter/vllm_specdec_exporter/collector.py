@@ -25,6 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from . import __version__, config
+from .metrics import FAMILIES, Family
 from .service import POLL_DURATION_BUCKETS, TargetView
 from .settings import Settings
 
@@ -32,12 +33,31 @@ P = config.PREFIX
 T, M, E, W, POS = config.LABEL_TARGET, config.LABEL_MODEL, config.LABEL_ENGINE, config.LABEL_WINDOW, config.LABEL_POSITION
 
 
-def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    return CounterMetricFamily(f"{P}_{name}", doc, labels=labels)
+# Every family from the one registry (metrics.py): its name, help and labels are written there only.
+def _family(short: str, kind: str) -> Family:
+    f = FAMILIES[short]
+    assert f.type == kind, f"{f.name} is a {f.type} in metrics.py"
+    return f
 
 
-def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(f"{P}_{name}", doc, labels=labels)
+def _counter(short: str) -> CounterMetricFamily:
+    f = _family(short, "counter")
+    return CounterMetricFamily(f.name, f.help, labels=list(f.labels))
+
+
+def _gauge(short: str) -> GaugeMetricFamily:
+    f = _family(short, "gauge")
+    return GaugeMetricFamily(f.name, f.help, labels=list(f.labels))
+
+
+def _stateset(short: str) -> StateSetMetricFamily:
+    f = _family(short, "stateset")
+    return StateSetMetricFamily(f.name, f.help, labels=list(f.labels))
+
+
+def _histogram(short: str) -> HistogramMetricFamily:
+    f = _family(short, "histogram")
+    return HistogramMetricFamily(f.name, f.help, labels=list(f.labels))
 
 
 def is_fresh(view: TargetView, now: float, staleness: float) -> bool:
@@ -65,13 +85,11 @@ class SpecDecodeCollector(Collector):
 
     # --- vLLM's counters, renamed and stable across producers ---
     def _normalised_counters(self, views: list[TargetView]) -> Iterable[Metric]:
-        base = [T, M, E]
-        drafts = _counter("drafts", "Speculative-decoding drafts (verification steps with >= 1 draft token), from vLLM.", base)
-        tokens = _counter("draft_tokens", "Draft tokens proposed, from vLLM.", base)
-        accepted = _counter("accepted_tokens", "Draft tokens accepted (bonus token not counted), from vLLM.", base)
-        per_pos = _counter("position_accepted_tokens",
-                           "Drafts in which at least position+1 draft tokens were accepted, from vLLM.", [*base, POS])
-        generation = _counter("generation_tokens", "Generation tokens (accepted draft and bonus tokens included), from vLLM.", base)
+        drafts = _counter("drafts")
+        tokens = _counter("draft_tokens")
+        accepted = _counter("accepted_tokens")
+        per_pos = _counter("position_accepted_tokens")
+        generation = _counter("generation_tokens")
         for v in views:
             for (model, engine), c in v.raw.items():
                 labels = [v.name, model, engine]
@@ -89,38 +107,27 @@ class SpecDecodeCollector(Collector):
     # --- windowed figures, summed over engines, and health ---
     def _derived(self, views: list[TargetView]) -> Iterable[Metric]:
         s = self._settings
-        tmw, tmwp = [T, M, W], [T, M, W, POS]
-        al = _gauge("mean_acceptance_length", "Mean acceptance length 1 + accepted/drafts over the window, summed over engines.", tmw)
+        al = _gauge("mean_acceptance_length")
         # 0-1 figures end in _ratio (a PromQL reader takes "rate" for per-second).
-        rate = _gauge("acceptance_ratio", "Draft acceptance accepted/draft_tokens over the window, summed over engines.", tmw)
-        pos = _gauge("position_acceptance_ratio", "Share of drafts with at least position+1 tokens accepted over the window.", tmwp)
-        cond = _gauge("position_conditional_acceptance_ratio",
-                      "Acceptance at a position given the previous one was accepted, over the window.", tmwp)
-        edl = _gauge("effective_draft_length", "Draft tokens per draft over the window (<= k).", tmw)
-        dist = _gauge("acceptance_count_ratio", "Share of drafts (verify steps) that accepted exactly `accepted` "
-                      "draft tokens over the window, summed over engines (0..k; sums to 1).", [T, M, W, "accepted"])
-        drafts = _gauge("window_drafts", "Drafts in the window: the sample size behind the ratio gauges.", tmw)
-        span = _gauge("window_span_seconds", "Seconds actually covered by the window (shorter just after start).", tmw)
-        e_al = _gauge("engine_mean_acceptance_length", "Mean acceptance length of one engine over the window.", [T, M, E, W])
-        e_rate = _gauge("engine_acceptance_ratio", "Draft acceptance of one engine over the window.", [T, M, E, W])
-        k = _gauge("num_speculative_tokens", "k, the number of speculative tokens, from the position series.", [T, M])
-        baseline = _gauge("baseline_mean_acceptance_length",
-                          "Expected mean acceptance length of the matched baseline profile.", [T, M, "profile"])
+        rate = _gauge("acceptance_ratio")
+        pos = _gauge("position_acceptance_ratio")
+        cond = _gauge("position_conditional_acceptance_ratio")
+        edl = _gauge("effective_draft_length")
+        dist = _gauge("acceptance_count_ratio")
+        drafts = _gauge("window_drafts")
+        span = _gauge("window_span_seconds")
+        e_al = _gauge("engine_mean_acceptance_length")
+        e_rate = _gauge("engine_acceptance_ratio")
+        k = _gauge("num_speculative_tokens")
+        baseline = _gauge("baseline_mean_acceptance_length")
         # OpenMetrics StateSets: one series per state, the state in a label named after the family.
-        health = StateSetMetricFamily(f"{P}_health", "Speculative-decoding health of the model over the health window "
-                                      "(ok, degraded, collapsed, idle, unknown).", labels=[T, M])
-        e_health = StateSetMetricFamily(f"{P}_engine_health", "Speculative-decoding health of one engine over the "
-                                        "health window (ok, degraded, collapsed, idle, unknown).", labels=[T, M, E])
-        diagnosis = _gauge("diagnosis_info", "A likely cause of the health verdict over the health window (a hint, "
-                           "not a certainty; several when several fit): " + ", ".join(config.CAUSES) + ". Always 1.",
-                           [T, M, "cause"])
+        health = _stateset("health")
+        e_health = _stateset("engine_health")
+        diagnosis = _gauge("diagnosis_info")
         # vLLM's per-request histogram (PR #44487), only when the target has it.
-        req_below = _gauge("request_acceptance_below_ratio", "Share of finished requests with acceptance at or below "
-                           "`edge` (the histogram's nearest bucket edge at or below 0.05) over the window.", [T, M, W, "edge"])
-        req_above = _gauge("request_acceptance_above_ratio", "Share of finished requests with acceptance above `edge` "
-                           "(the histogram's nearest bucket edge at or above 0.98) over the window.", [T, M, W, "edge"])
-        requests = _gauge("window_requests", "Finished requests in the per-request acceptance histogram over the window.",
-                          tmw)
+        req_below = _gauge("request_acceptance_below_ratio")
+        req_above = _gauge("request_acceptance_above_ratio")
+        requests = _gauge("window_requests")
         for v in views:
             for mv in v.models:
                 k.add_metric([v.name, mv.model_name], mv.k)
@@ -162,25 +169,18 @@ class SpecDecodeCollector(Collector):
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:
-        up = _gauge("up", "1 if the last poll of the vLLM target read its /metrics, else 0.", [T])
-        polls = _counter("exporter_polls", "Polls of a vLLM target by result.", [T, "result"])
-        duration = HistogramMetricFamily(f"{P}_exporter_poll_duration_seconds",
-                                         "Time to fetch and parse one poll.", labels=[T])
-        last = _gauge("exporter_last_success_timestamp_seconds", "Unix time of the last successful poll.", [T])
-        resets = _counter("exporter_engine_restarts", "vLLM engine restarts, seen as counters going down.", [T])
-        violations = _counter("exporter_invariant_violations",
-                              "Counter invariant violations seen in poll-to-poll increments.", [T])
-        parse_errors = _counter("exporter_parse_errors", "Malformed or duplicate lines among the families read.", [T])
-        refused = _counter("exporter_series_refused", "Model/engine series refused by max_series_per_target.", [T])
-        forgotten = _counter("exporter_series_forgotten",
-                             "Held model/engine series forgotten to make room for new ones (max_series_per_target).", [T])
-        inconsistent = _counter("exporter_inconsistent_polls",
-                                "Engine polls neither consistent nor a restart (a glitch): nothing added to any window.",
-                                [T])
-        restarts = _counter("exporter_poll_task_restarts", "Times a target's poll loop failed and was restarted.", [T])
-        target_info = _gauge("target_info", "The producer detected (or configured) for a target, and which of its figures are "
-                             "approximate (comma-separated; empty: all exact); the value is always 1.",
-                             [T, "producer", "approximate"])
+        up = _gauge("up")
+        polls = _counter("exporter_polls")
+        duration = _histogram("exporter_poll_duration_seconds")
+        last = _gauge("exporter_last_success_timestamp_seconds")
+        resets = _counter("exporter_engine_restarts")
+        violations = _counter("exporter_invariant_violations")
+        parse_errors = _counter("exporter_parse_errors")
+        refused = _counter("exporter_series_refused")
+        forgotten = _counter("exporter_series_forgotten")
+        inconsistent = _counter("exporter_inconsistent_polls")
+        restarts = _counter("exporter_poll_task_restarts")
+        target_info = _gauge("target_info")
         for v in views:
             up.add_metric([v.name], 1.0 if v.up else 0.0)
             for result, n in v.polls.items():
@@ -199,8 +199,7 @@ class SpecDecodeCollector(Collector):
             restarts.add_metric([v.name], v.poll_task_restarts)
             if v.producer:
                 target_info.add_metric([v.name, v.producer, ",".join(v.approximate)], 1.0)
-        info = _gauge("exporter_build_info", "Build of the exporter; the value is always 1.",
-                      ["version", "revision", "python_version"])
+        info = _gauge("exporter_build_info")
         info.add_metric([__version__, revision(), platform.python_version()], 1.0)
         yield target_info
         yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,

@@ -13,8 +13,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from . import config
-from .collector import P
+from . import config, metrics
 from .parser import Sample, parse
 from .render import _safe, bar
 from .settings import build_settings
@@ -26,7 +25,7 @@ from .web import create_app, start_site
 # (engine 5 at 40 s: lagging after ~6 s, collapsed after ~20 s), and says which window it shows.
 DEMO_WINDOW = "20s"
 DEMO_WINDOWS = [DEMO_WINDOW, "1m", "5m"]
-WANTED = [f"{P}_{n}" for n in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio",
+WANTED = [metrics.name(n) for n in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio",
                                "baseline_mean_acceptance_length", "health", "engine_health", "window_drafts",
                                "num_speculative_tokens", "engine_mean_acceptance_length", "up")]
 
@@ -43,7 +42,7 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
 
     def values(name: str, model: str | None = None, window: str | None = None, position: str | None = None) -> list[Sample]:
         match = {config.LABEL_MODEL: model, config.LABEL_WINDOW: window, config.LABEL_POSITION: position}
-        return [s for s in exp.samples.get(f"{P}_{name}", [])
+        return [s for s in exp.samples.get(metrics.name(name), [])
                 if all(s.labels.get(k) == v for k, v in match.items() if v is not None)]
 
     lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s",
@@ -53,9 +52,9 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
         lines.append("  target down")
     for k_sample in values("num_speculative_tokens"):
         model, k = k_sample.labels[config.LABEL_MODEL], int(k_sample.value)
-        state = next((s.labels[f"{P}_health"] for s in values("health", model) if s.value == 1.0), "-")
-        bad = sorted(((s.labels[config.LABEL_ENGINE], s.labels[f"{P}_engine_health"]) for s in values("engine_health", model)
-                      if s.value == 1.0 and s.labels[f"{P}_engine_health"] in ("collapsed", "degraded")),
+        state = next((s.labels[metrics.name("health")] for s in values("health", model) if s.value == 1.0), "-")
+        bad = sorted(((s.labels[config.LABEL_ENGINE], s.labels[metrics.name("engine_health")]) for s in values("engine_health", model)
+                      if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")),
                      key=lambda es: (len(es[0]), es[0]))
         why = f"  ({', '.join(f'engine {_safe(e, 24)} {st}' for e, st in bad)})" if bad else ""
         al = values("mean_acceptance_length", model, DEMO_WINDOW)

@@ -6,9 +6,10 @@ import grafanalib.core as g
 
 from .grafana import Json, Layout, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
+from .. import metrics as m
 
 UID = "vllm-specdec-exporter"
-P = c.PREFIX
+UP, POLLS = m.name("up"), m.sample("exporter_polls")
 CL = c.CLUSTER_LABEL  # a cluster variable when the rules keep a cluster label
 SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", target=~"$target"'
 BY = (f"{CL}, " if CL else "") + "namespace, pod, target"
@@ -21,31 +22,31 @@ def dashboard() -> Json:
     lay.row("Targets")
     lay.add(stat(
         "Targets up", "1 when the sidecar's last poll read the vLLM target's /metrics. Bad: 0 (see errors by kind).",
-        targets((f"{P}_up{{{SEL}}}", LEGEND), instant=True), "none", steps((None, "red"), (1, "green")),
+        targets((f"{UP}{{{SEL}}}", LEGEND), instant=True), "none", steps((None, "red"), (1, "green")),
         mappings=[g.StatValueMappings(g.StatValueMappingItem("up", "1", "green"),
                                       g.StatValueMappingItem("down", "0", "red"))]), 8, 5)
     lay.add(stat(
         "Seconds since the last successful poll", "Age of the newest good poll per target. Bad: more than a few "
         "poll intervals (derived gauges vanish after the staleness timeout).",
-        targets((f"time() - {P}_exporter_last_success_timestamp_seconds{{{SEL}}}", LEGEND), instant=True), "s",
+        targets((f"time() - {m.name('exporter_last_success_timestamp_seconds')}{{{SEL}}}", LEGEND), instant=True), "s",
         steps((None, "green"), (30, "orange"), (60, "red"))), 8, 5)
     lay.add(stat(
-        "Exporter builds", "Version of each running sidecar (vllm_specdec_exporter_build_info). Bad: mixed versions "
+        "Exporter builds", f"Version of each running sidecar ({m.name('exporter_build_info')}). Bad: mixed versions "
         "after a rollout that should have finished.",
-        targets((f"count by (version, revision) ({P}_exporter_build_info{{namespace=~\"$namespace\"}})", "{{version}} {{revision}}"),
+        targets((f"count by (version, revision) ({m.name('exporter_build_info')}{{namespace=~\"$namespace\"}})", "{{version}} {{revision}}"),
                 instant=True), "none", steps((None, "blue")), text_mode="value_and_name"), 8, 5)
 
     lay.row("Polls")
     lay.add(timeseries(
         "Poll duration", "Time to fetch and parse one vLLM /metrics, p50 and p99 per target. Bad: near the poll "
         "timeout.",
-        targets((f"histogram_quantile(0.5, sum by ({BY}, le) (rate({P}_exporter_poll_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p50 " + LEGEND),
-                (f"histogram_quantile(0.99, sum by ({BY}, le) (rate({P}_exporter_poll_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p99 " + LEGEND)),
+        targets((f"histogram_quantile(0.5, sum by ({BY}, le) (rate({m.name('exporter_poll_duration_seconds')}_bucket{{{SEL}}}[$__rate_interval])))", "p50 " + LEGEND),
+                (f"histogram_quantile(0.99, sum by ({BY}, le) (rate({m.name('exporter_poll_duration_seconds')}_bucket{{{SEL}}}[$__rate_interval])))", "p99 " + LEGEND)),
         "s", min_=0), 12, 8)
     lay.add(timeseries(
         "Poll errors by kind", "Failed polls per second by result: http_error, timeout, connect_error, too_large, "
         "not_prometheus, no_spec_decode, error. Bad: anything above zero for long.",
-        targets((f'sum by ({BY}, result) (rate({P}_exporter_polls_total{{{SEL}, result!="success"}}[$__rate_interval]))',
+        targets((f'sum by ({BY}, result) (rate({POLLS}{{{SEL}, result!="success"}}[$__rate_interval]))',
                  "{{result}} " + LEGEND)), "reqps", min_=0), 12, 8)
 
     lay.row("What the sidecar noticed in vLLM's counters")
@@ -58,7 +59,7 @@ def dashboard() -> Json:
     ):
         lay.add(timeseries(
             title, f"{what} Per target, increase over 1h. Bad: any sustained increase.",
-            targets((f"increase({P}_exporter_{metric}_total{{{SEL}}}[1h])", LEGEND)), "short", min_=0), 6, 7)
+            targets((f"increase({m.sample('exporter_' + metric)}{{{SEL}}}[1h])", LEGEND)), "short", min_=0), 6, 7)
 
     return finalize(g.Dashboard(
         title="Speculative decoding / Exporter", uid=UID,
@@ -67,12 +68,12 @@ def dashboard() -> Json:
         time=g.Time("now-6h", "now"), panels=lay.panels, graphTooltip=1,
         templating=variables(
             *([g.Template(name=CL, label="Cluster", dataSource="${datasource}", includeAll=True, multi=True,
-                          allValue=".*", default="$__all", query=f"label_values({P}_up, {CL})")] if CL else []),
+                          allValue=".*", default="$__all", query=f"label_values({UP}, {CL})")] if CL else []),
             g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f"label_values({P}_up" + (f'{{{CL}=~"${CL}"}}' if CL else "") + ", namespace)"),
+                       query=f"label_values({UP}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + ", namespace)"),
             g.Template(name="target", label="Target", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f'label_values({P}_up{{namespace=~"$namespace"}}, target)'),
+                       query=f'label_values({UP}{{namespace=~"$namespace"}}, target)'),
         ),
     ))

@@ -6,6 +6,7 @@ import grafanalib.core as g
 
 from .grafana import Json, Layout, bars, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
+from .. import metrics as m
 from .rules import name
 
 UID = "vllm-specdec-overview"
@@ -15,7 +16,8 @@ CL = c.CLUSTER_LABEL
 SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", model_name=~"$model_name"'
 BY = (f"{CL}, " if CL else "") + "namespace, model_name"
 LEGEND = "{{model_name}}"
-P = c.PREFIX
+DIAGNOSIS = m.name("diagnosis_info")
+BELOW, ABOVE = m.name("request_acceptance_below_ratio"), m.name("request_acceptance_above_ratio")
 
 
 def rule(level: str, metric: str, op: str, extra: str = "") -> str:
@@ -35,7 +37,7 @@ RATE_STEPS = steps((None, "red"), (0.05, "orange"), (0.4, "green"))
 NEUTRAL = steps((None, "blue"))
 K = f"max by ({BY}) ({rule(POD, 'num_speculative_tokens', 'max')})"
 BASELINE = f"max by ({BY}) ({rule(POD, 'baseline_mean_acceptance_length', 'max')})"
-HEALTH = f"{P}_health"  # an OpenMetrics StateSet: the state is in a label named after the family
+HEALTH = m.name("health")  # an OpenMetrics StateSet: the state is in a label named after the family
 ENGINE_AL = rule(ENG, "mean_acceptance_length", "ratio_rate$window")
 
 
@@ -136,7 +138,7 @@ def dashboard() -> Json:
         "Likely cause", "The sidecar's hint at why acceptance fell, over its health window (a hint, not a certainty; "
         "every cause that fits is shown): draft_head_garbage, chain_break, one_rank, configuration_change, "
         "workload_shift, too_good. Empty: nothing fell. What to check first: the runbook's section per cause.",
-        targets((f"max by ({BY}, cause) ({P}_diagnosis_info{{{SEL}}})", "{{model_name}}: {{cause}}"), instant=True),
+        targets((f"max by ({BY}, cause) ({DIAGNOSIS}{{{SEL}}})", "{{model_name}}: {{cause}}"), instant=True),
         "none", NEUTRAL, text_mode="name"), 8, 8)
     # vLLM's per-request histogram (open PR #44487): empty on a vLLM without it.
     req, low, high = c.VLLM_V1_REQUEST_ACCEPTANCE, f"{c.REQUEST_ACCEPTANCE_LOW:g}", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"
@@ -152,9 +154,9 @@ def dashboard() -> Json:
         f"goes with garbled output, very high with repetition loops.",
         targets((f"{le(low)} / {count}", f"{{{{model_name}}}} <= {low}"),
                 (f"1 - {le(high)} / {count}", f"{{{{model_name}}}} > {high}"),
-                (f'max by ({BY}, edge) ({P}_request_acceptance_below_ratio{{{SEL}, window="1h"}})',
+                (f'max by ({BY}, edge) ({BELOW}{{{SEL}, window="1h"}})',
                  "{{model_name}} <= {{edge}} (sidecar)"),
-                (f'max by ({BY}, edge) ({P}_request_acceptance_above_ratio{{{SEL}, window="1h"}})',
+                (f'max by ({BY}, edge) ({ABOVE}{{{SEL}, window="1h"}})',
                  "{{model_name}} > {{edge}} (sidecar)")),
         "percentunit", min_=0, max_=1), 24, 8)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from .. import config as c
+from .. import metrics as m
 from ..model import BaselineProfile
 from ..settings import default_profiles
 
@@ -42,8 +43,8 @@ class Source:
     generation: str
 
 
-SIDECAR = Source("sidecar", f"{P}_drafts_total", f"{P}_draft_tokens_total", f"{P}_accepted_tokens_total",
-                 f"{P}_position_accepted_tokens_total", f"{P}_generation_tokens_total")
+SIDECAR = Source("sidecar", m.sample("drafts"), m.sample("draft_tokens"), m.sample("accepted_tokens"),
+                 m.sample("position_accepted_tokens"), m.sample("generation_tokens"))
 DIRECT = Source("vllm-direct", c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_V1_ACCEPTED,
                 c.VLLM_V1_ACCEPTED_PER_POS, c.VLLM_V1_GENERATION_TOKENS)
 VARIANTS = {"sidecar": SIDECAR, "vllm-direct": DIRECT}
@@ -142,7 +143,7 @@ def alias_placeholder(index: int) -> str:
 
 def baseline_expr(src: Source, o: Options, by_labels: Iterable[str]) -> str:
     if src is SIDECAR:
-        return f"max by ({by(by_labels)}) ({P}_baseline_mean_acceptance_length{_sel(o)})"
+        return f"max by ({by(by_labels)}) ({m.name('baseline_mean_acceptance_length')}{_sel(o)})"
     # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
     k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
     profiles = o.profiles or tuple(default_profiles())
@@ -212,7 +213,7 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
     # k, the baseline, and the day-long history the drop alert compares against (alert level only).
     level, labels = c.ALERT_LEVEL, dict(lv)[c.ALERT_LEVEL]
     if src is SIDECAR:
-        k_expr = f"max by ({by(labels)}) ({P}_num_speculative_tokens{sel})"
+        k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
         k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, engine) ({src.per_pos}{sel})\n)")
     record(name(level, "num_speculative_tokens", "max"), k_expr)
@@ -351,24 +352,25 @@ def _target_down(x: X) -> tuple[str, str]:
     o = x.o
     fail = "|".join(c.TARGET_MISCONFIGURED_RESULTS)
     unreachable = o.unreachable_range or _minus(c.TARGET_UNREACHABLE_AFTER, o.fors[_TARGET_DOWN])
-    return (f"(\n  {P}_up{_sel(o)} == 0\n  and ignoring(result) "
-            f"increase({P}_exporter_polls_total{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
-            f"or max_over_time({P}_up{_sel(o)}[{unreachable}]) == 0",
+    up = m.name("up")
+    return (f"(\n  {up}{_sel(o)} == 0\n  and ignoring(result) "
+            f"increase({m.sample('exporter_polls')}{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
+            f"or max_over_time({up}{_sel(o)}[{unreachable}]) == 0",
             "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} either answers with something "
             "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
             f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
-            "weight reload. See vllm_specdec_exporter_polls_total by result and the sidecar's log.")
+            f"weight reload. See {m.sample('exporter_polls')} by result and the sidecar's log.")
 
 
 def _exporter_absent(x: X) -> tuple[str, str]:
-    return (f"absent({P}_exporter_build_info{_sel(x.o)})",
-            "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
+    return (f"absent({m.name('exporter_build_info')}{_sel(x.o)})",
+            f"Prometheus has no {m.name('exporter_build_info')} series: the sidecar is not running, not "
             "scraped, or its series are dropped.")
 
 
 def _invariant(x: X) -> tuple[str, str]:
     if x.src is SIDECAR:
-        return (f"increase({P}_exporter_invariant_violations_total{_sel(x.o)}[10m]) > 0",
+        return (f"increase({m.sample('exporter_invariant_violations')}{_sel(x.o)}[10m]) > 0",
                 "The exporter at {{ $labels.instance }} (target {{ $labels.target }}) saw {{ $value | humanize }} "
                 "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
                 "figures of the affected engine are suspect.")
