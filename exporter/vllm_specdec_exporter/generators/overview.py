@@ -12,10 +12,10 @@ from .rules import name
 UID = "vllm-specdec-overview"
 NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
 # The cluster variable exists when the rules keep a cluster label (config.CLUSTER_LABEL).
-CL = c.CLUSTER_LABEL
-SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", model_name=~"$model_name"'
-BY = (f"{CL}, " if CL else "") + "namespace, model_name"
-LEGEND = "{{model_name}}"
+CL, MODEL = c.CLUSTER_LABEL, c.LABEL_MODEL  # the model variable is named after its label
+SEL = (f'{CL}=~"${CL}", ' if CL else "") + f'namespace=~"$namespace", {MODEL}=~"${MODEL}"'
+BY = (f"{CL}, " if CL else "") + f"namespace, {MODEL}"
+LEGEND = "{{" + MODEL + "}}"
 DIAGNOSIS = m.name("diagnosis_info")
 BELOW, ABOVE = m.name("request_acceptance_below_ratio"), m.name("request_acceptance_above_ratio")
 
@@ -50,7 +50,7 @@ def dashboard() -> Json:
         "degraded (an engine collapsed or lagging, position 0 rarely accepted, or below the baseline profile), "
         "collapsed (acceptance length near 1.0), idle (too few drafts) or unknown (no profile, or counters that "
         "break vLLM's invariants). Bad: collapsed or degraded.",
-        targets((f"max by ({BY}, {HEALTH}) ({HEALTH}{{{SEL}}} == 1)", "{{model_name}}: {{" + HEALTH + "}}"),
+        targets((f"max by ({BY}, {HEALTH}) ({HEALTH}{{{SEL}}} == 1)", f"{LEGEND}: {{{{" + HEALTH + "}}"),
 
 
                 instant=True), "none", NEUTRAL, text_mode="name"), 5, 5)
@@ -71,7 +71,7 @@ def dashboard() -> Json:
     lay.add(stat(
         "k and effective draft length", "k (speculative tokens, from the position series) and draft tokens per "
         "draft over $window; the effective length is below k when drafts get trimmed. Bad: k not what you deployed.",
-        targets((K, "k {{model_name}}"), (ratio("effective_draft_length"), "effective {{model_name}}")),
+        targets((K, f"k {LEGEND}"), (ratio("effective_draft_length"), f"effective {LEGEND}")),
         "none", NEUTRAL, decimals=2), 3, 5)
     lay.add(stat(
         "Output from drafts", "Share of generated tokens that were accepted draft tokens (accepted / generation "
@@ -80,7 +80,7 @@ def dashboard() -> Json:
 
     lay.row("Acceptance over time")
     al_vs_baseline = timeseries(
-        "Mean acceptance length vs baseline and ceiling: $model_name",
+        f"Mean acceptance length vs baseline and ceiling: ${MODEL}",
         "Acceptance length over $window against the matched baseline profile (sidecar only; the band reaches down "
         "to the degraded threshold) and the ceiling k+1. One panel per model. Bad: leaving the band, or near 1.0.",
         targets((ratio("mean_acceptance_length"), "acceptance length"),
@@ -98,7 +98,7 @@ def dashboard() -> Json:
                     "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}},
                                    {"id": "color", "value": {"mode": "fixed", "fixedColor": "text"}}]}])
     # One copy per selected model, so the band's series names are fixed.
-    al_vs_baseline.extraJson = {"repeat": "model_name", "repeatDirection": "h", "maxPerRow": 2}
+    al_vs_baseline.extraJson = {"repeat": MODEL, "repeatDirection": "h", "maxPerRow": 2}
     lay.add(al_vs_baseline, 12, 9)
     lay.add(timeseries(
         "Acceptance rate", "Accepted / proposed draft tokens over $window per model. Healthy: tens of percent. "
@@ -109,22 +109,22 @@ def dashboard() -> Json:
     lay.add(bars(
         "Per-position acceptance now", "Share of drafts with at least position+1 tokens accepted (a survival curve; "
         "it adds exactly that much to the acceptance length) over $window. Bad: position 0 near zero.",
-        targets((ratio("position_acceptance_ratio"), "{{model_name}} position {{position}}"), instant=True),
+        targets((ratio("position_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}"), instant=True),
         "percentunit", RATE_STEPS), 6, 8)
     lay.add(bars(
         "Conditional acceptance now", "Acceptance at a position given the previous one was accepted, over $window: "
         "shows which position got worse. Bad: one position far below the others.",
-        targets((ratio("position_conditional_acceptance_ratio"), "{{model_name}} position {{position}}"), instant=True),
+        targets((ratio("position_conditional_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}"), instant=True),
         "percentunit", RATE_STEPS), 6, 8)
     lay.add(timeseries(
         "Per-position acceptance", "Survival per position over $window. Bad: position 0 collapsing; a last "
         "position that stays under 5 % wastes draft compute (a smaller k would do).",
-        targets((ratio("position_acceptance_ratio"), "{{model_name}} position {{position}}")), "percentunit",
+        targets((ratio("position_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}")), "percentunit",
         min_=0, max_=1), 6, 8)
     lay.add(timeseries(
         "Conditional acceptance", "Conditional acceptance per position over $window. Bad: a step down at one "
         "position while the others hold.",
-        targets((ratio("position_conditional_acceptance_ratio"), "{{model_name}} position {{position}}")),
+        targets((ratio("position_conditional_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}")),
         "percentunit", min_=0, max_=1), 6, 8)
 
     lay.add(timeseries(
@@ -132,13 +132,13 @@ def dashboard() -> Json:
         "tokens over $window (per_pos[j-1] - per_pos[j] over drafts): the acceptance histogram of benchmark tools, "
         "over time. Healthy MTP: most steps accept all k or k-1. Bad: everything at 0 (the draft head produces "
         "garbage), or piled at 1 (the chain breaks after the first position).",
-        targets((ratio("acceptance_count_ratio"), "{{model_name}} accepted {{accepted}}")), "percentunit",
+        targets((ratio("acceptance_count_ratio"), f"{LEGEND} accepted {{{{accepted}}}}")), "percentunit",
         min_=0, max_=1), 16, 8)
     lay.add(stat(
         "Likely cause", "The sidecar's hint at why acceptance fell, over its health window (a hint, not a certainty; "
         "every cause that fits is shown): draft_head_garbage, chain_break, one_rank, configuration_change, "
         "workload_shift, too_good. Empty: nothing fell. What to check first: the runbook's section per cause.",
-        targets((f"max by ({BY}, cause) ({DIAGNOSIS}{{{SEL}}})", "{{model_name}}: {{cause}}"), instant=True),
+        targets((f"max by ({BY}, cause) ({DIAGNOSIS}{{{SEL}}})", f"{LEGEND}: {{{{cause}}}}"), instant=True),
         "none", NEUTRAL, text_mode="name"), 8, 8)
     # vLLM's per-request histogram (open PR #44487): empty on a vLLM without it.
     req, low, high = c.VLLM_V1_REQUEST_ACCEPTANCE, f"{c.REQUEST_ACCEPTANCE_LOW:g}", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"
@@ -152,25 +152,25 @@ def dashboard() -> Json:
         f"rate, vLLM PR #44487; empty without it). vLLM series need its /metrics scraped and bucket edges at {low} "
         f"and {high}; the sidecar's series (1h window) read at the nearest edge, named in the legend. Bad: very low "
         f"goes with garbled output, very high with repetition loops.",
-        targets((f"{le(low)} / {count}", f"{{{{model_name}}}} <= {low}"),
-                (f"1 - {le(high)} / {count}", f"{{{{model_name}}}} > {high}"),
+        targets((f"{le(low)} / {count}", f"{LEGEND} <= {low}"),
+                (f"1 - {le(high)} / {count}", f"{LEGEND} > {high}"),
                 (f'max by ({BY}, edge) ({BELOW}{{{SEL}, window="1h"}})',
-                 "{{model_name}} <= {{edge}} (sidecar)"),
+                 f"{LEGEND} <= {{{{edge}}}} (sidecar)"),
                 (f'max by ({BY}, edge) ({ABOVE}{{{SEL}, window="1h"}})',
-                 "{{model_name}} > {{edge}} (sidecar)")),
+                 f"{LEGEND} > {{{{edge}}}} (sidecar)")),
         "percentunit", min_=0, max_=1), 24, 8)
 
     lay.row("Throughput")
     lay.add(timeseries(
         "Drafted, accepted and rejected tokens", "Draft tokens proposed, accepted and rejected per second over "
         "$window. Bad: rejected close to drafted (compute spent for nothing).",
-        targets((rate("draft_tokens"), "drafted {{model_name}}"), (rate("accepted_tokens"), "accepted {{model_name}}"),
-                (f"{rate('draft_tokens')} - {rate('accepted_tokens')}", "rejected {{model_name}}")),
+        targets((rate("draft_tokens"), f"drafted {LEGEND}"), (rate("accepted_tokens"), f"accepted {LEGEND}"),
+                (f"{rate('draft_tokens')} - {rate('accepted_tokens')}", f"rejected {LEGEND}")),
         "short", min_=0), 12, 8)
     lay.add(timeseries(
         "Drafts and generated tokens", "Verification steps with a draft and generated tokens per second over "
         "$window. Bad: generated tokens with no drafts (speculative decoding off).",
-        targets((rate("drafts"), "drafts {{model_name}}"), (rate("generation_tokens"), "generated {{model_name}}")),
+        targets((rate("drafts"), f"drafts {LEGEND}"), (rate("generation_tokens"), f"generated {LEGEND}")),
         "short", min_=0), 12, 8)
 
     lay.row("Engines")
@@ -194,12 +194,12 @@ def dashboard() -> Json:
         "Inter-token latency per decode step", "vLLM's inter-token latency is observed once per decode step, so "
         "with speculative decoding it times steps, not tokens: mean and p99 over $window. Bad: rising while "
         "acceptance falls.",
-        targets((step_mean, "mean step {{model_name}}"), (step_p99, "p99 step {{model_name}}")), "s", min_=0), 12, 8)
+        targets((step_mean, f"mean step {LEGEND}"), (step_p99, f"p99 step {LEGEND}")), "s", min_=0), 12, 8)
     lay.add(timeseries(
         "Latency per output token", "Mean step latency divided by the mean acceptance length: the time each "
         "output token really costs. Bad: approaching the step latency (acceptance length near 1).",
-        targets((f"({step_mean}) / on({BY}) ({ratio('mean_acceptance_length')})", "per token {{model_name}}"),
-                (step_mean, "per step {{model_name}}")), "s", min_=0), 12, 8)
+        targets((f"({step_mean}) / on({BY}) ({ratio('mean_acceptance_length')})", f"per token {LEGEND}"),
+                (step_mean, f"per step {LEGEND}")), "s", min_=0), 12, 8)
 
     return finalize(g.Dashboard(
         title="Speculative decoding / Overview", uid=UID,
@@ -215,9 +215,9 @@ def dashboard() -> Json:
                        allValue=".*", default="$__all",
                        query=f"label_values({name(NS, 'drafts', 'rate5m')}" + (f'{{{CL}=~"${CL}"}}' if CL else "")
                              + ", namespace)"),
-            g.Template(name="model_name", label="Model", dataSource="${datasource}", includeAll=True, multi=True,
+            g.Template(name=MODEL, label="Model", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f'label_values({name(NS, "drafts", "rate5m")}{{namespace=~"$namespace"}}, model_name)'),
+                       query=f'label_values({name(NS, "drafts", "rate5m")}{{namespace=~"$namespace"}}, {MODEL})'),
             g.Template(name="engine", label="Engine", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
                        query=f'label_values({name(ENG, "drafts", "rate5m")}{{{SEL}}}, engine)'),
@@ -228,7 +228,7 @@ def dashboard() -> Json:
             "name": "Firing speculative-decoding alerts", "enable": True, "iconColor": "red",
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "expr": f'ALERTS{{alertname=~"VLLMSpecDecode.*", alertstate="firing", {SEL}}}',
-            "titleFormat": "{{alertname}}", "textFormat": "{{model_name}} {{pod}}", "step": "60s",
+            "titleFormat": "{{alertname}}", "textFormat": f"{LEGEND} {{{{pod}}}}", "step": "60s",
             "useValueForTime": False,
         }]),
     ))
