@@ -4,6 +4,7 @@ nothing generic depends on one producer's adapter, which the next producers woul
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -70,3 +71,25 @@ def test_no_module_is_named_like_a_top_level_folder():
     folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
     modules = {p.stem for p in PACKAGE.rglob("*.py")} | {p.name for p in PACKAGE.rglob("*") if p.is_dir()}
     assert modules & folders == set()
+
+
+def _label_literals(path) -> list[str]:
+    """String constants (docstrings left out) that are exactly a label name, or a selector that spells one."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    out = []
+    spelled = re.compile(r"^model_name$|model_name=|labels\.model_name|\{\{model_name\}\}|\$model_name")
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings and spelled.search(n.value):
+            out.append(n.value)
+    return out
+
+
+def test_label_names_come_from_config():
+    # simulate.py's scenario files have a model_name key (a config key, not the label).
+    allowed = {"config.py", "simulate.py"}
+    found = {str(p.relative_to(REPO)): hits for p in sorted(PACKAGE.rglob("*.py"))
+             if p.name not in allowed and (hits := _label_literals(p))}
+    assert found == {}

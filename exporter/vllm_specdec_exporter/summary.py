@@ -45,10 +45,10 @@ def summarize(
             checks = invariant_violations(c, series_name((model, engine)))
             engines_json[engine] = derive(c, interval_seconds, checks).to_json()
         total = sum_counters(per_engine.values())
-        checks = invariant_violations(total, f'model_name="{model}" (sum of {len(per_engine)} engines)')
+        checks = invariant_violations(total, f'{config.LABEL_MODEL}="{model}" (sum of {len(per_engine)} engines)')
         ks = sorted({c.k for c in per_engine.values()})
         if len(ks) > 1:
-            checks.append(f'model_name="{model}": engines disagree on k {ks}; positions summed where present')
+            checks.append(f'{config.LABEL_MODEL}="{model}": engines disagree on k {ks}; positions summed where present')
         # The likely causes of a fall, from the counters alone (a hint: every cause that fits).
         hints = diagnose(per_engine, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
         models[model] = {"all": derive(total, interval_seconds, checks).to_json(), "engines": engines_json,

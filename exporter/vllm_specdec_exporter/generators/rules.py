@@ -116,7 +116,7 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
     return [("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, model, engine)),
             ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, model)),
             ("namespace_model_name", (*fleet, ns, *tgt, model)),
-            ("model_name", (*fleet, *tgt, model))]
+            (model, (*fleet, *tgt, model))]
 
 
 ENGINE = "namespace_pod_model_name_engine"
