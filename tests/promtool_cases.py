@@ -163,6 +163,10 @@ LIKELY = {
                                              "draft was trained for, or a mis-wired later layer.",
     "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken "
                                                 "metrics.",
+    "VLLMSpecDecodeRequestAcceptanceExtreme": "very low per-request acceptance: garbled or rare-character output (the "
+                                              "target rejects the draft); very high: repetition loops (a corrupted "
+                                              "state in a high-confidence loop) -- or a workload that is one or the "
+                                              "other by design.",
 }
 
 
@@ -641,11 +645,59 @@ def distribution_group(v: str) -> dict:
             "promql_expr_test": [{"expr": f"round({rule} * 1e6) / 1e6", "eval_time": "20m", "exp_samples": expected}]}
 
 
+def extreme(pod: str, value: str) -> dict:
+    return alert("VLLMSpecDecodeRequestAcceptanceExtreme", "info", pod_labels(pod, PRO),
+                 "Many finished requests had almost no draft token accepted, or almost all.",
+                 f"Over 1h, {value} of the finished requests of {where(pod, PRO)} had a draft acceptance at or below "
+                 f"0.05 or above 0.98 (vLLM's per-request histogram). Very low goes with garbled output, very high "
+                 f"with repetition loops; look at the dashboard's extremes panel for which end.")
+
+
+def request_extremes_group(v: str) -> dict:
+    """vLLM PR #44487's per-request histogram. Per minute: finished requests, how many at or below
+    0.05, how many at or below 0.98 (vllm-direct: buckets; sidecar: its gauges, the same shares)."""
+    cases = {  # pod: (finished per minute, <= 0.05, <= 0.98)
+        "req-garbled": (10, 2, 10),  # 20 % at or below 5 %: fires
+        "req-loops": (10, 0, 7),  # 30 % above 98 %: fires
+        "req-over": (100, 11, 100),  # 11 %: fires
+        "req-under": (100, 9, 100),  # 9 %: quiet
+        "req-few": (0.25, 0.25, 0.25),  # all garbled, but 15 requests in 1h (< 20): quiet
+        "req-healthy": (10, 0, 10),
+    }
+    s = []
+    for pod, (n, low, high) in cases.items():
+        if v == "sidecar":
+            base = {"namespace": NS, "pod": pod, "model_name": PRO, "job": "vllm-specdec-exporter", "target": "vllm",
+                    "window": "1h"}
+            s += [gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0.05"}, f"{low / n:g}x90"),
+                  gauge("vllm_specdec_request_acceptance_above_ratio", {**base, "edge": "0.98"}, f"{1 - high / n:g}x90"),
+                  gauge("vllm_specdec_window_requests", base, f"{60 * n:g}x90")]
+        else:
+            base = {"namespace": NS, "pod": pod, "model_name": PRO, "engine": "0", "job": "vllm"}
+            h = "vllm:request_spec_decode_acceptance_rate"
+            s += [gauge(f"{h}_bucket", {**base, "le": "0.05"}, f"0+{low:g}x90"),
+                  gauge(f"{h}_bucket", {**base, "le": "0.98"}, f"0+{high:g}x90"),
+                  gauge(f"{h}_count", base, f"0+{n:g}x90")]
+    if v == "sidecar":  # the sidecar read the low end at its nearest edge, 0: the same alert
+        base = {"namespace": NS, "pod": "req-nearest-edge", "model_name": PRO, "job": "vllm-specdec-exporter",
+                "target": "vllm", "window": "1h"}
+        s += [gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0"}, "0.25x90"),
+              gauge("vllm_specdec_window_requests", base, "600x90")]
+    firing = [extreme("req-garbled", "20%"), extreme("req-loops", "30%"), extreme("req-over", "11%")]
+    if v == "sidecar":
+        firing.append(extreme("req-nearest-edge", "25%"))
+    name = "VLLMSpecDecodeRequestAcceptanceExtreme"
+    return group("per-request acceptance extremes (vLLM PR #44487)", s, [
+        check("10m", name, []),  # true, still pending (for: 15m)
+        check("40m", name, firing),
+    ])
+
+
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), fleet_group(variant), dropped_group(variant),
               not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
-              fast_collapse_group(variant)]
+              fast_collapse_group(variant), request_extremes_group(variant)]
     groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}

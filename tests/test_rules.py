@@ -27,6 +27,7 @@ ALERT_NAMES = [
     "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown",
     "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated",
     "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
+    "VLLMSpecDecodeRequestAcceptanceExtreme",
 ]
 SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent"}
 

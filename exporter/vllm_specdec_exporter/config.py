@@ -291,6 +291,14 @@ ALERT_WASTED_FOR = "30m"
 ALERT_HIGH_ACCEPTANCE_RATE = DIAG_TOO_GOOD_ACCEPTANCE
 ALERT_HIGH_FOR = "5m"
 ALERT_INVARIANT_FOR = "0m"
+# Per-request extremes (info; vLLM PR #44487's histogram): more than this share of the
+# requests finished over the window at or below REQUEST_ACCEPTANCE_LOW, or above
+# REQUEST_ACCEPTANCE_HIGH, with at least this many finished. Not yet calibrated on real
+# traffic: no vLLM release has the histogram.
+ALERT_REQUEST_EXTREMES_SHARE = 0.1
+ALERT_REQUEST_EXTREMES_MIN_REQUESTS = 20
+ALERT_REQUEST_EXTREMES_WINDOW = "1h"  # a recorded window (RULE_WINDOWS) and a sidecar default window
+ALERT_REQUEST_EXTREMES_FOR = "15m"
 RUNBOOK_BASE_URL = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"
 DASHBOARD_URL = ""  # optional; when set, alerts carry a dashboard_url annotation
 # Selector added to every series a rule reads (e.g. 'job="vllm-specdec-exporter"'),

@@ -401,6 +401,29 @@ def _suspicious(x: X) -> tuple[str, str]:
             f"this high goes with repetition loops (draft and target agree on repeating text).")
 
 
+def _request_extremes(x: X) -> tuple[str, str]:
+    """vLLM's per-request histogram (PR #44487): vLLM-direct reads its buckets at le="0.05" and
+    le="0.98" (no figure without those edges); the sidecar's gauges are read at its nearest edge."""
+    lb, w = by(x.lv[c.ALERT_LEVEL]), c.ALERT_REQUEST_EXTREMES_WINDOW
+    share, least = c.ALERT_REQUEST_EXTREMES_SHARE, c.ALERT_REQUEST_EXTREMES_MIN_REQUESTS
+    low, high = f"{c.REQUEST_ACCEPTANCE_LOW:g}", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"
+    if x.src is SIDECAR:
+        sel = _sel(x.o, f'{c.LABEL_WINDOW}="{w}"')
+        below, above = (f"max by ({lb}) ({m.name(f'request_acceptance_{side}_ratio')}{sel})" for side in ("below", "above"))
+        finished = f"max by ({lb}) ({m.name('window_requests')}{sel})"
+    else:
+        rng, h = x.o.ranges[w], c.VLLM_V1_REQUEST_ACCEPTANCE
+        finished = f"sum by ({lb}) (increase({h}_count{_sel(x.o)}[{rng}]))"
+
+        def le(edge: str) -> str:
+            return f"sum by ({lb}) (increase({h}_bucket{_sel(x.o, f'le={chr(34)}{edge}{chr(34)}')}[{rng}]))"
+        below, above = f"{le(low)} / on({lb}) {finished}", f"1 - {le(high)} / on({lb}) {finished}"
+    return (f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
+            f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {WHERE} had a draft "
+            f"acceptance at or below {low} or above {high} (vLLM's per-request histogram). Very low goes with garbled output, "
+            f"very high with repetition loops; look at the dashboard's extremes panel for which end.")
+
+
 # Each threshold the alerts read, and what it means (the Helm chart's prometheusRule.thresholds).
 THRESHOLD_MEANINGS = {
     "collapse_margin": "collapsed: mean acceptance length below 1 + this",
@@ -484,6 +507,11 @@ ALERTS: tuple[Alert, ...] = (
           ("suspicious_acceptance_ratio", "min_drafts_per_second"),
           "Speculative-decoding acceptance is suspiciously close to 100 %.", _suspicious,
           "too good to be true: repetition loops, a broken detector or broken metrics."),
+    Alert("VLLMSpecDecodeRequestAcceptanceExtreme", "info", c.ALERT_REQUEST_EXTREMES_FOR, (),
+          "Many finished requests had almost no draft token accepted, or almost all.", _request_extremes,
+          "very low per-request acceptance: garbled or rare-character output (the target rejects the draft); very "
+          "high: repetition loops (a corrupted state in a high-confidence loop) -- or a workload that is one or the "
+          "other by design."),
 )
 ALERT_NAMES = tuple(a.name for a in ALERTS)
 DEFAULT_FORS = {a.name: a.for_ for a in ALERTS}
