@@ -75,17 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(diff)
 
     serve = sub.add_parser("serve", help="the sidecar: poll vLLM, keep windows, export /metrics")
-    serve.add_argument("--vllm.url", dest="vllm_url", action="append", metavar="[NAME=]URL",
-                       help="vLLM /metrics URL (repeatable); env VLLM_SPECDEC_EXPORTER_VLLM_URL (comma-separated)")
-    serve.add_argument("--web.listen-address", dest="listen_address", metavar="[HOST]:PORT",
-                       help=f"where to serve (default {config.DEFAULT_LISTEN_ADDRESS})")
-    serve.add_argument("--poll.interval", dest="poll_interval", metavar="DURATION",
-                       help=f"time between polls (default {config.DEFAULT_POLL_INTERVAL})")
-    serve.add_argument("--config.file", dest="config_file", metavar="FILE", help="YAML config: everything the flags set and more")
-    serve.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
-                       help="TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web-config format")
-    serve.add_argument("--log.format", dest="log_format", metavar="|".join(config.LOG_FORMATS), help="default auto")
-    serve.add_argument("--log.level", dest="log_level", metavar="|".join(config.LOG_LEVELS), help="default info")
+    from .settings import FLAGS  # the one table of serve's flags, their keys and environment variables
+
+    for f in FLAGS:
+        serve.add_argument(f.flag, dest=f.dest, metavar=f.metavar, action="append" if f.repeat else "store",
+                           help=f"{f.help}; env {f.env}" + (f"; key {f.key}" if f.key else ""))
 
     sim = sub.add_parser("simulate", help="serve a simulated vLLM V1 /metrics driven by a scenario")
     sim.add_argument("--scenario", default="healthy", help="a built-in scenario name or a YAML file (default: healthy)")
