@@ -137,7 +137,8 @@ def dashboard() -> Json:
     lay.add(stat(
         "Likely cause", "The sidecar's hint at why acceptance fell, over its health window (a hint, not a certainty; "
         "every cause that fits is shown): draft_head_garbage, chain_break, one_rank, configuration_change, "
-        "workload_shift, too_good. Empty: nothing fell. What to check first: the runbook's section per cause.",
+        "workload_shift, too_good. Empty: nothing fell. Bad: any cause shown while acceptance is low; "
+        "what to check first is in the runbook's section per cause.",
         targets((f"max by ({BY}, cause) ({DIAGNOSIS}{{{SEL}}})", f"{LEGEND}: {{{{cause}}}}"), instant=True),
         "none", NEUTRAL, text_mode="name"), 8, 8)
     # vLLM's per-request histogram (open PR #44487): empty on a vLLM without it.
