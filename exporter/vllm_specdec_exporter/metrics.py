@@ -91,10 +91,12 @@ FAMILIES: dict[str, Family] = {f.short: f for f in (
            'vLLM engine restarts, seen as counters going down.'),
     Family("exporter_invariant_violations", "counter", (T,),
            'Counter invariant violations seen in poll-to-poll increments.'),
-    Family("exporter_parse_errors", "counter", (T,),
-           'Malformed or duplicate lines among the families read.'),
-    Family("exporter_series_refused", "counter", (T,),
-           'Model/engine series refused by max_series_per_target.'),
+    # Gauges of the last successful poll, not counters: a payload that stays malformed
+    # would otherwise count its lines again on every poll (poll x items, not events).
+    Family("exporter_last_poll_parse_errors", "gauge", (T,),
+           'Malformed or duplicate lines among the families read, in the last successful poll.'),
+    Family("exporter_last_poll_series_refused", "gauge", (T,),
+           'Model/engine series refused by the bounds (max_series_per_target, models per poll), in the last successful poll.'),
     Family("target_info", "gauge", (T, 'producer', 'approximate'),
            'The producer detected (or configured) for a target, and which of its figures are approximate (comma-separated; empty: all exact); the value is always 1.'),
     Family("exporter_series_forgotten", "counter", (T,),

@@ -82,8 +82,8 @@ class TargetView:
     duration_count: int = 0
     counter_resets: int = 0
     invariant_violations: int = 0
-    parse_errors: int = 0
-    series_refused: int = 0
+    last_poll_parse_errors: int = 0  # of the last successful poll (a gauge: not summed over polls)
+    last_poll_series_refused: int = 0
     series_forgotten: int = 0  # held engines dropped to make room (max_series_per_target)
     inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
     poll_task_restarts: int = 0
@@ -331,8 +331,8 @@ class TargetPoller:
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
             inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent),
-            parse_errors=view.parse_errors + snapshot.malformed_lines + snapshot.duplicate_series,
-            series_refused=view.series_refused + read.refused,
+            last_poll_parse_errors=snapshot.malformed_lines + snapshot.duplicate_series,
+            last_poll_series_refused=read.refused,
             series_forgotten=view.series_forgotten + len(read.forget),
             raw=_consistent(self.history, read.kept), generation_only={}, models=models,
             producer=snapshot.producer, approximate=snapshot.approximate,

@@ -54,12 +54,18 @@ def dashboard() -> Json:
         ("Engine restarts", "engine_restarts", "vLLM engines seen restarting (counters going down)."),
         ("Invariant violations", "invariant_violations", "Counter invariants broken in poll-to-poll increments: "
          "a partial scrape or a broken producer."),
-        ("Parse errors", "parse_errors", "Malformed or duplicate lines among the spec-decode families read."),
-        ("Series refused", "series_refused", "Model/engine series refused by max_series_per_target."),
     ):
         lay.add(timeseries(
             title, f"{what} Per target, increase over 1h. Bad: any sustained increase.",
             targets((f"increase({m.sample('exporter_' + metric)}{{{SEL}}}[1h])", LEGEND)), "short", min_=0), 6, 7)
+    for title, metric, what in (
+        ("Parse errors", "last_poll_parse_errors", "Malformed or duplicate lines among the spec-decode families read."),
+        ("Series refused", "last_poll_series_refused", "Model/engine series refused by the bounds (max_series_per_target)."),
+    ):
+        lay.add(timeseries(
+            title, f"{what} Per target, in the last successful poll. Bad: above zero for long.",
+            targets((f"max_over_time({m.name('exporter_' + metric)}{{{SEL}}}[$__rate_interval])", LEGEND)), "short",
+            min_=0), 6, 7)
 
     return finalize(g.Dashboard(
         title="Speculative decoding / Exporter", uid=UID,
