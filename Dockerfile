@@ -1,5 +1,5 @@
 # vllm-specdec-exporter: a small, non-root image that runs with a read-only root
-# filesystem. Build: docker build -t vllm-specdec-exporter .
+# filesystem. Build: docker build --build-arg REVISION=$(git rev-parse --short=12 HEAD) -t vllm-specdec-exporter .
 # The base image is pinned by digest (python:3.11.16-slim-bookworm, index digest from
 # docker-library/repo-info) and the dependencies by hash (requirements.lock), so two
 # builds of one commit install the same bytes.
@@ -19,9 +19,12 @@ COPY requirements.lock /tmp/requirements.lock
 RUN pip install --no-cache-dir --no-index --find-links=/wheels --require-hashes -r /tmp/requirements.lock \
     && pip install --no-cache-dir --no-index --no-deps --find-links=/wheels vllm-specdec-exporter \
     && rm -rf /wheels /tmp/requirements.lock
+# build_info's revision label: docker build --build-arg REVISION=$(git rev-parse --short=12 HEAD)
+ARG REVISION=unknown
 # Nothing is written at run time: no .pyc, no temp files, no home directory.
 ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    VLLM_SPECDEC_EXPORTER_REVISION=${REVISION}
 USER 65532:65532
 EXPOSE 9746
 ENTRYPOINT ["vllm-specdec-exporter"]

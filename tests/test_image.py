@@ -41,6 +41,15 @@ def test_every_base_image_is_pinned_by_digest():
         assert image == "${BASE}", f"FROM {image} is not the pinned base"
 
 
+def test_the_image_carries_its_revision_into_build_info():
+    """The image has no git checkout: build_info's revision comes from a build argument."""
+    from vllm_specdec_exporter import config
+
+    final = (REPO / "Dockerfile").read_text().split("FROM ${BASE}\n")[-1]
+    assert "ARG REVISION" in final
+    assert f"{config.ENV_PREFIX}REVISION=${{REVISION}}" in final
+
+
 def test_the_locked_runtime_set_installs_with_hashes_and_runs_the_cli_and_demo(tmp_path):
     """What the image's pip steps do, for real: the lock alone installs with
     --require-hashes and is enough to run the command line and the demo (which
