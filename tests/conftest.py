@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-
 import shutil
 import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -65,14 +66,48 @@ _shared = ExitStack()
 _started: list = []
 
 
+# The promtool unit suites take ~40 s of CPU each: they too start right after
+# collection, niced so that the latency tests keep their CPU, and are read last.
+_PROMTOOL = "promtool_suites"
+PROMTOOL_SUITES = ("sidecar.yaml", "vllm-direct.yaml")
+_suites: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+
+
+def _start_promtool_suites() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None or _suites:
+        return  # the fixture reports a missing promtool (a skip, or a failure in CI)
+    for suite in PROMTOOL_SUITES:
+        out = _shared.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 -- closed at session end
+        proc = subprocess.Popen(["nice", "-n", "19", promtool, "test", "rules", suite], cwd=REPO / "alerts" / "tests",
+                                stdout=out, stderr=subprocess.STDOUT)
+        _shared.callback(proc.kill)
+        _suites[suite] = (proc, out)
+
+
+@pytest.fixture(scope="session")
+def promtool_suites() -> dict[str, tuple[int, str]]:
+    """Each promtool unit suite's exit status and output (started after collection)."""
+    require(shutil.which("promtool") is not None, "promtool (make tools installs Debian's prometheus)")
+    _start_promtool_suites()
+    results = {}
+    for suite, (proc, out) in _suites.items():
+        proc.wait(timeout=600)
+        out.seek(0)
+        results[suite] = (proc.returncode, out.read().decode(errors="replace"))
+    return results
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection
 def pytest_collection_modifyitems(config, items):
-    e2e = [item for item in items if _E2E in getattr(item, "fixturenames", ())]
-    if not e2e or config.option.collectonly:
+    if config.option.collectonly:
         return
-    last = set(e2e)
-    items[:] = [item for item in items if item not in last] + e2e
-    if shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
+    late = [item for item in items if {_E2E, _PROMTOOL} & set(getattr(item, "fixturenames", ()))]
+    if any(_PROMTOOL in item.fixturenames for item in late):
+        _start_promtool_suites()
+    e2e = [item for item in late if _E2E in item.fixturenames]
+    items[:] = [item for item in items if item not in set(late)] + late
+    if e2e and shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
         from prom_harness import collapse_stack as start
 
         with contextlib.suppress(Exception):  # the fixture starts it again, inside a test, and reports why
