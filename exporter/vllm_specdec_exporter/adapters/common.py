@@ -9,7 +9,6 @@ from dataclasses import replace
 
 from .. import config
 from ..model import Counters, SeriesKey, Snapshot
-
 from ..parser import Exposition, ParseError, Sample
 
 # Wrappers add labels that tell their replicas/workers apart: each distinct value is
@@ -135,3 +134,25 @@ class RenamedVllmAdapter:
         if snap is None:
             return None
         return replace(snap, producer=self.name, warnings=rename_back(snap.warnings, renames))
+
+
+class LabelledAdapter:
+    """The frame of the adapters that read a producer's own families (TensorRT-LLM,
+    SGLang): the producer's name, labels that make separate engines (Dynamo's
+    worker_id), and labels a payload must carry for this adapter to claim it."""
+
+    default_name = ""
+    spec_families: tuple[str, ...] = ()
+
+    def __init__(self, name: str = "", identity: tuple[str, ...] = (), require_labels: tuple[str, ...] = ()):
+        self.name = name or self.default_name
+        self._identity = identity
+        self._require_labels = require_labels
+
+    def _key(self, s: Sample) -> SeriesKey:
+        # No engine label: these producers count per server (or per worker, by identity).
+        return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
+
+    def detect(self, exp: Exposition) -> bool:
+        return present(exp, self.spec_families) and (
+            not self._require_labels or has_label(exp, self.spec_families, self._require_labels))

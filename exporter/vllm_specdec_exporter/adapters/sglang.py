@@ -21,10 +21,9 @@ refused.
 
 from __future__ import annotations
 
-from .. import config
 from ..model import Counters, SeriesKey, Snapshot, series_name
-from ..parser import Exposition, Sample
-from .common import UnsupportedProducer, engine_id, finite, has_label, present
+from ..parser import Exposition
+from .common import LabelledAdapter, UnsupportedProducer, finite
 from .trtllm import valid_counter
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -33,24 +32,13 @@ NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 ACCEPT_LENGTH = "sglang:spec_accept_length"  # interval gauge: only tells SGLang apart
 
 
-class SglangAdapter:
+class SglangAdapter(LabelledAdapter):
+    # One tokenizer counts a server's finished requests: priority, is_streaming and
+    # custom labels split the same requests, so samples of one key are summed.
+    default_name = "sglang"
     spec_families = (VERIFY_CALLS, ACCEPT_LENGTH)
     families = (VERIFY_CALLS, ACCEPT_LENGTH, NUM_DRAFT_TOKENS, GENERATION)
     approximate = ("mean_acceptance_length", "acceptance_rate")
-
-    def __init__(self, name: str = "sglang", identity: tuple[str, ...] = (), require_labels: tuple[str, ...] = ()):
-        self.name = name
-        self._identity = identity
-        self._require_labels = require_labels
-
-    def _key(self, s: Sample) -> SeriesKey:
-        # One tokenizer counts a server's finished requests: priority, is_streaming
-        # and custom labels split the same requests, so they are summed.
-        return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
-
-    def detect(self, exp: Exposition) -> bool:
-        return present(exp, self.spec_families) and (
-            not self._require_labels or has_label(exp, self.spec_families, self._require_labels))
 
     def _sums(self, name: str, exp: Exposition, warnings: list[str]) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}

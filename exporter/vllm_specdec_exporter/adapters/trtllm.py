@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from .. import config
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample, format_series
-from .common import engine_id, finite, has_label, present
+from .common import LabelledAdapter, finite
 
 DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
 ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
@@ -43,22 +42,11 @@ def valid_counter(s: Sample, warnings: list[str]) -> bool:
     return False
 
 
-class TrtllmAdapter:
+class TrtllmAdapter(LabelledAdapter):
+    default_name = "trtllm"
     spec_families = (DRAFTED, ACCEPTED, ITER_DRAFT_TOKENS, ITER_ACCEPTED)
     families = (*spec_families, GENERATION)
     approximate: tuple[str, ...] = ()
-
-    def __init__(self, name: str = "trtllm", identity: tuple[str, ...] = (), require_labels: tuple[str, ...] = ()):
-        self.name = name
-        self._identity = identity
-        self._require_labels = require_labels
-
-    def _key(self, s: Sample) -> SeriesKey:
-        return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
-
-    def detect(self, exp: Exposition) -> bool:
-        return present(exp, self.spec_families) and (
-            not self._require_labels or has_label(exp, self.spec_families, self._require_labels))
 
     def _per_key(self, samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
