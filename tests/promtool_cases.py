@@ -1,7 +1,8 @@
 """promtool unit tests for the alerts, for both rule variants.
 
 The input series are built here (counters growing at hand-chosen per-minute
-rates, including the real figures of ../shared/docs/baselines.md); the expected
+rates, including the real healthy and broken DeepSeek-V4 figures of the README's
+detection table); the expected
 alerts, labels and fully rendered annotations are written out by hand below.
 ``python tests/promtool_cases.py`` writes alerts/tests/*.yaml; the test suite
 checks the committed files are current and runs ``promtool test rules`` on them.

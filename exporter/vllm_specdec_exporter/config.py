@@ -128,8 +128,8 @@ PARSE_TIMEOUT_SECONDS = 120
 
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's
-# `config.health` use these very names; the reasoning for each value is from
-# ../shared/docs/baselines.md (figures quoted below). ---
+# `config.health` use these very names; each value is reasoned from public healthy and
+# broken DeepSeek-V4 figures, quoted below (the README's detection table names them). ---
 @dataclass(frozen=True, slots=True)
 class Detection:
     # The window every verdict is taken over (the health window; the alerts' 5m rates).
