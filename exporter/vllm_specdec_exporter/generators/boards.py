@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import exporter_board, overview
+from .output import exit_status, write_or_check
 
 DASHBOARDS = {f"{overview.UID}.json": overview.dashboard, f"{exporter_board.UID}.json": exporter_board.dashboard}
 
@@ -26,22 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chart-files", type=Path, help="also write the Helm chart's copies into this folder")
     parser.add_argument("--check", action="store_true", help="fail if the committed files differ")
     args = parser.parse_args(argv)
-    stale = []
-    for filename, text in render().items():
-        for folder in (args.out_dir, args.chart_files):
-            if folder is None:
-                continue
-            path = folder / filename
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    stale.append(str(path))
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-    if stale:
-        print(f"out of date (run make generate): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+    files = render()
+    stale = [p for folder in (args.out_dir, args.chart_files) if folder for p in write_or_check(files, folder, args.check)]
+    return exit_status(stale)
 
 
 if __name__ == "__main__":

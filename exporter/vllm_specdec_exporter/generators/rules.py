@@ -26,6 +26,7 @@ from .. import config as c
 from .. import metrics as m
 from ..model import BaselineProfile
 from ..settings import default_profiles
+from .output import exit_status, update_or_check, write_or_check
 
 Rule = dict[str, Any]  # one recording or alerting rule, as Prometheus's YAML has it
 
@@ -601,19 +602,6 @@ def render_chart_files() -> dict[str, str]:
     return out
 
 
-def write_or_check(files: dict[str, str], out: Path, check: bool) -> list[str]:
-    stale = []
-    for filename, text in files.items():
-        path = out / filename
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    return stale
-
-
 INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules.py ALERTS by make generate; do not edit -->"
 INDEX_END = "<!-- END alert index -->"
 
@@ -647,17 +635,6 @@ def with_schema_alerts(text: str) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
-def update_or_check(path: Path, change: Callable[[str], str], check: bool) -> list[str]:
-    text = path.read_text()
-    new = change(text)
-    if new == text:
-        return []
-    if check:
-        return [str(path)]
-    path.write_text(new)
-    return []
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.generators.rules")
     parser.add_argument("out_dir", nargs="?", default="alerts")
@@ -672,10 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
     if args.chart_schema:
         stale += update_or_check(Path(args.chart_schema), with_schema_alerts, args.check)
-    if stale:
-        print(f"out of date (run make generate): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(stale)
 
 
 if __name__ == "__main__":
