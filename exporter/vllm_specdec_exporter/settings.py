@@ -14,8 +14,6 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from . import config
 from .adapters import PRODUCERS
 from .model import BaselineProfile
@@ -239,6 +237,8 @@ def _safe_pattern(key: str, text: str) -> str:
 
 
 def default_profiles() -> list[BaselineProfile]:
+    import yaml  # here, not at the top: `report FILE` builds serve's flags from this module but reads no YAML
+
     text = resources.files(__package__).joinpath("data/baselines.yaml").read_text()
     return [_profile(f"default baselines[{i}]", p) for i, p in enumerate(yaml.safe_load(text))]
 
@@ -250,6 +250,8 @@ def _path(key: str, value: Any) -> str | None:
 
 
 def load_file(path: str) -> dict[str, Any]:
+    import yaml
+
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
