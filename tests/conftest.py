@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -57,39 +57,65 @@ def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subp
     return subprocess.run([exe, *args], input=stdin, capture_output=True, timeout=timeout)
 
 
-# --- The one Prometheus stack of the end-to-end tests ---
-# Its scenario takes about a minute of wall time (healthy, then a collapse that must
-# page), so it is started once, right after collection, and the tests that read it
-# run last: that minute passes while the rest of the suite runs.
+# --- Background jobs: started once, right after collection, read by tests that run last ---
+# The promtool unit suites (~45 s of CPU each, niced so the latency tests keep their CPU)
+# and the one Prometheus stack of the end-to-end tests (a minute of wall time: healthy, then
+# a collapse that must page) run while the rest of the suite does.
+# Under pytest-xdist the controller owns them, since a worker may end while the other still
+# reads them: a worker that collects their readers asks through a file in a shared folder,
+# the controller starts them and writes their results (or why they failed) beside it.
 _E2E = "collapse_stack"
-_shared = ExitStack()
-_started: list = []
-
-
-# The promtool unit suites take ~40 s of CPU each: they too start right after
-# collection, niced so that the latency tests keep their CPU, and are read last.
 _PROMTOOL = "promtool_suites"
 PROMTOOL_SUITES = ("sidecar.yaml", "vllm-direct.yaml")
+_SHARED_ENV = "VLLM_SPECDEC_TEST_SHARED"
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+_shared = ExitStack()
+_started: list = []
 _suites: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
 
 
-def _start_promtool_suites() -> None:
+def _publish(path: Path, text: str) -> None:
+    """Write then rename, so a reader never sees half a file."""
+    path.with_suffix(".tmp").write_text(text)
+    path.with_suffix(".tmp").replace(path)
+
+
+def _await_file(*paths: Path, timeout: float, what: str) -> Path:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in paths:
+            if path.exists():
+                return path
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _start_promtool_suites(publish_to: Path | None = None) -> None:
     promtool = shutil.which("promtool")
     if promtool is None or _suites:
         return  # the fixture reports a missing promtool (a skip, or a failure in CI)
+    # GOGC=400: a quarter less CPU for promtool's garbage collector, for ~160 MB of memory
+    env = {**os.environ, "GOGC": "400"}
     for suite in PROMTOOL_SUITES:
         out = _shared.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 -- closed at session end
         proc = subprocess.Popen(["nice", "-n", "19", promtool, "test", "rules", suite], cwd=REPO / "alerts" / "tests",
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
         _shared.callback(proc.kill)
         _suites[suite] = (proc, out)
+    if publish_to is not None:
+        import threading
+
+        def publish() -> None:
+            for suite, result in _promtool_results().items():
+                _publish(publish_to / f"{suite}.out", result[1])
+                _publish(publish_to / f"{suite}.rc", str(result[0]))
+
+        threading.Thread(target=publish, daemon=True).start()
 
 
-@pytest.fixture(scope="session")
-def promtool_suites() -> dict[str, tuple[int, str]]:
-    """Each promtool unit suite's exit status and output (started after collection)."""
-    require(shutil.which("promtool") is not None, "promtool (make tools installs Debian's prometheus)")
-    _start_promtool_suites()
+def _promtool_results() -> dict[str, tuple[int, str]]:
     results = {}
     for suite, (proc, out) in _suites.items():
         proc.wait(timeout=600)
@@ -98,30 +124,95 @@ def promtool_suites() -> dict[str, tuple[int, str]]:
     return results
 
 
-@pytest.hookimpl(trylast=True)  # after -k / -m deselection
-def pytest_collection_modifyitems(config, items):
-    if config.option.collectonly:
-        return
-    late = [item for item in items if {_E2E, _PROMTOOL} & set(getattr(item, "fixturenames", ()))]
-    if any(_PROMTOOL in item.fixturenames for item in late):
+@pytest.fixture(scope="session")
+def promtool_suites() -> dict[str, tuple[int, str]]:
+    """Each promtool unit suite's exit status and output (started after collection)."""
+    require(shutil.which("promtool") is not None, "promtool (make tools installs Debian's prometheus)")
+    if not _WORKER:
         _start_promtool_suites()
-    e2e = [item for item in late if _E2E in item.fixturenames]
-    items[:] = [item for item in items if item not in set(late)] + late
-    if e2e and shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
-        from prom_harness import collapse_stack as start
+        return _promtool_results()
+    shared = Path(os.environ[_SHARED_ENV])
+    results = {}
+    for suite in PROMTOOL_SUITES:
+        _await_file(shared / f"{suite}.rc", timeout=600, what=f"promtool test rules {suite}")
+        results[suite] = (int((shared / f"{suite}.rc").read_text()), (shared / f"{suite}.out").read_text())
+    return results
 
-        with contextlib.suppress(Exception):  # the fixture starts it again, inside a test, and reports why
-            _started.append(_shared.enter_context(start()))
 
+def _start_collapse_stack(publish_to: Path | None = None) -> None:
+    from prom_harness import collapse_stack as start
+
+    try:
+        _started.append(_shared.enter_context(start()))
+    except Exception as e:  # the fixture reports it (it starts the stack again, outside xdist)
+        if publish_to is not None:
+            _publish(publish_to / "stack.error", f"{type(e).__name__}: {e}")
+        return
+    if publish_to is not None:
+        st = _started[0]
+        _publish(publish_to / "stack.json", json.dumps(
+            {"prom": st.prom.base, "started": st.started, "simulator_url": st.simulator_url,
+             "exporter_url": st.exporter_url, "direct_prom": st.direct_prom.base if st.direct_prom else None}))
 
 
 @pytest.fixture(scope="session")
 def collapse_stack():
+    if _WORKER:
+        from prom_harness import Prom, Stack, tool
+
+        tool("prometheus")  # missing: a skip, or a failure in CI
+        shared = Path(os.environ[_SHARED_ENV])
+        found = _await_file(shared / "stack.json", shared / "stack.error", timeout=120, what="the e2e stack")
+        if found.name == "stack.error":
+            pytest.fail(f"the e2e stack did not start: {found.read_text()}")
+        st = json.loads(found.read_text())
+        return Stack(Prom(st["prom"].removeprefix("http://")), st["started"], st["simulator_url"],
+                     st["exporter_url"], Prom(st["direct_prom"].removeprefix("http://")) if st["direct_prom"] else None)
     if not _started:
         from prom_harness import collapse_stack as start
 
         _started.append(_shared.enter_context(start()))
     return _started[0]
+
+
+def pytest_configure(config):
+    if not _WORKER and _SHARED_ENV not in os.environ:  # inherited by the xdist workers
+        os.environ[_SHARED_ENV] = _shared.enter_context(tempfile.TemporaryDirectory(prefix="specdec-tests-"))
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(config, items):
+    if config.option.collectonly:
+        return
+    late = [item for item in items if {_E2E, _PROMTOOL} & set(getattr(item, "fixturenames", ()))]
+    rest = [item for item in items if item not in set(late)]
+    # long tests first: two workers that end together rather than one left with a long test
+    items[:] = sorted(rest, key=lambda item: item.get_closest_marker("long") is None) + late
+    wants = {name for name in (_PROMTOOL, _E2E) if any(name in item.fixturenames for item in late)}
+    if _WORKER:  # the controller starts them (pytest_xdist_node_collection_finished)
+        for name in wants:
+            (Path(os.environ[_SHARED_ENV]) / f"want-{name}").touch()
+        return
+    if _PROMTOOL in wants:
+        _start_promtool_suites()
+    if _E2E in wants and shutil.which("prometheus"):  # if not, the fixture says so (a skip, or a failure in CI)
+        _start_collapse_stack()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """In the xdist controller, once a worker has collected: start what its tests asked for."""
+    shared = Path(os.environ[_SHARED_ENV])
+    if (shared / f"want-{_PROMTOOL}").exists():
+        _start_promtool_suites(publish_to=shared)
+    if (shared / f"want-{_E2E}").exists() and not (shared / "stack-starting").exists():
+        (shared / "stack-starting").touch()
+        if shutil.which("prometheus"):
+            import threading  # it waits for Prometheus to be ready: not in the controller's loop
+
+            threading.Thread(target=_start_collapse_stack, kwargs={"publish_to": shared}, daemon=True).start()
+        else:
+            _publish(shared / "stack.error", "prometheus is not installed (make tools installs it)")
 
 
 def pytest_sessionfinish(session, exitstatus):
