@@ -153,19 +153,24 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from . import logs
     from .settings import ConfigError, load_settings
-    from .web import serve
-    from .webconfig import LiveWebConfig
 
+    # The settings first: a wrong flag or key exits 2 before aiohttp loads (~0.4 s of CPU).
     try:
         settings = load_settings(vars(args))
-        web_config = LiveWebConfig(settings.web_config_file) if settings.web_config_file else None
+        web_config = None
+        if settings.web_config_file:
+            from .webconfig import LiveWebConfig
+
+            web_config = LiveWebConfig(settings.web_config_file)
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    import asyncio
+
+    from . import logs
+    from .web import serve
+
     logs.configure(settings.log_format, settings.log_level)
     try:
         asyncio.run(serve(settings, web_config=web_config))
