@@ -1,5 +1,5 @@
 """The Helm chart with real helm (from npm, see .ci/tools), kubernetes-validate,
-promtool; the example manifests; and the image's command line from a real wheel."""
+promtool; and the example manifests. (The image's command line: test_image.py.)"""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import re
 import shutil
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import REPO, require
-from prom_harness import http_ok, listening_port, tool, wait_for
+from prom_harness import tool
 from vllm_specdec_exporter import config as cfg
 from vllm_specdec_exporter.generators.rules import VARIANTS
 from vllm_specdec_exporter.settings import build_settings
@@ -314,66 +313,3 @@ def test_plain_manifest_sidecar_matches_the_chart_and_validates():
     assert container(docs) == standalone
     vllm = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     assert '--speculative-config={"method":"mtp","num_speculative_tokens":2}' in vllm["args"]
-
-
-# --- the image's command line, from a wheel built here (no Docker engine runs here) ---
-
-@pytest.fixture
-def world_readable_tmp():
-    """A temp dir the image's uid 65532 can reach (pytest's own tmp_path is root-only)."""
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="vllm-specdec-image-"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def test_image_command_line_from_a_built_wheel(world_readable_tmp):
-    tmp_path = world_readable_tmp
-    dockerfile = (REPO / "Dockerfile").read_text()
-    assert 'ENTRYPOINT ["vllm-specdec-exporter"]' in dockerfile and "USER 65532:65532" in dockerfile
-    assert 'CMD ["serve", "--config.file=/etc/vllm-specdec-exporter/config.yaml"]' in dockerfile
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(REPO)],
-                   check=True, capture_output=True, timeout=300)
-    (wheel,) = wheels.glob("vllm_specdec_exporter-*.whl")
-    venv = tmp_path / "image"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
-    # dependencies come from the test environment (--system-site-packages is not enough for a venv parent)
-    site = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
-    (next((venv / "lib").glob("python3*/site-packages")) / "parent.pth").write_text(str(site) + "\n")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    str(wheel)], check=True, capture_output=True, timeout=300)
-    exe = venv / "bin" / "vllm-specdec-exporter"
-    assert exe.exists()
-    # The image's CMD, with its config mounted read-only, as uid 65532, writing nothing.
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    (etc / "config.yaml").write_text(yaml.safe_dump({"targets": [{"url": "http://127.0.0.1:1/metrics"}],
-                                                      "web": {"listen_address": "127.0.0.1:0"}}))
-    for p in (tmp_path, venv, etc):
-        os.chmod(p, 0o755)
-    os.chmod(etc / "config.yaml", 0o444)
-    before = sorted(p for p in tmp_path.rglob("*"))
-    env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
-    setpriv = shutil.which("setpriv")
-    # uid 65532 must reach the test environment's packages: not so in a clone under a 0700
-    # directory (mktemp -d, many homes), where the command runs as this user instead.
-    reachable = all(os.stat(p).st_mode & 0o005 == 0o005 for p in (site, *site.parents))
-    as_user = ([setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"]
-               if setpriv and os.geteuid() == 0 and reachable else [])
-    proc = subprocess.Popen([*as_user, str(exe), "serve", f"--config.file={etc / 'config.yaml'}"], env=env, cwd="/",
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        port = wait_for(lambda: proc.poll() is not None or listening_port(proc), 30, "the image's command to listen")
-        assert proc.poll() is None, proc.stderr.read().decode()
-        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 30, "the image's command to serve")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            body = resp.read().decode()
-        assert 'vllm_specdec_up{target="vllm"} 0.0' in body
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    assert proc.returncode == 0, proc.stderr.read()
-    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written
