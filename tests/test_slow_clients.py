@@ -11,9 +11,34 @@ import socket
 import threading
 import time
 
+from conftest import REPO
 from prom_harness import wait_for
 from security_harness import percentile, start_exporter, timed_get
-from vllm_specdec_exporter import config
+from vllm_specdec_exporter import config, server
+
+# What these tests prove does not depend on the production timeouts (5 s headers, 75 s
+# idle): `serve` runs with shorter ones, set before server.Limits binds its default;
+# test_the_production_timeouts_are_the_documented_ones checks the real values.
+HEADER_TIMEOUT = 1.5
+IDLE_TIMEOUT = 1.0
+
+
+def launcher(*patches: str) -> str:
+    """`serve` through ``python -c`` with the short header timeout and ``patches``."""
+    return "\n".join(["import sys", "from vllm_specdec_exporter import config",
+                      f"config.HEADER_TIMEOUT_SECONDS = {HEADER_TIMEOUT}", *patches,
+                      "from vllm_specdec_exporter import cli", "sys.exit(cli.main(sys.argv[1:]))"])
+
+
+SHORT = launcher()
+
+
+def test_the_production_timeouts_are_the_documented_ones():
+    assert config.HEADER_TIMEOUT_SECONDS == 5.0 and config.IDLE_TIMEOUT_SECONDS == 75.0
+    assert server.Limits().header_timeout == config.HEADER_TIMEOUT_SECONDS  # what `serve` uses
+    readme = (REPO / "README.md").read_text()
+    assert "headers within 5 s (`HEADER_TIMEOUT_SECONDS`)" in readme
+    assert "75 s keep-alive timeout (`IDLE_TIMEOUT_SECONDS`" in readme
 
 
 def nofile(limit: int):
@@ -94,7 +119,7 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     attacker would be), against an exporter limited to 192 file descriptors: the
     server closes each within the header timeout, its connection cap keeps it below
     the descriptor limit (no accept() errors), and /healthz answers throughout."""
-    server, port = start_exporter(preexec_fn=nofile(192))
+    serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
     stop = multiprocessing.Event()
     results, child_end = multiprocessing.Pipe(duplex=False)
     attacker = multiprocessing.Process(target=_attack, args=(port, 300, stop, child_end))
@@ -103,7 +128,7 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
         assert results.poll(30) and results.recv() == "started"
         latencies = []
         started = time.monotonic()
-        while time.monotonic() - started < config.HEADER_TIMEOUT_SECONDS + 4:
+        while time.monotonic() - started < HEADER_TIMEOUT + 4:
             latencies.append(timed_get(f"http://127.0.0.1:{port}/healthz", timeout=5))
             time.sleep(0.05)
         stop.set()
@@ -112,7 +137,7 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     finally:
         stop.set()
         attacker.join(30)
-        logs = server.stop()
+        logs = serve.stop()
     p99 = percentile(latencies, 99)
     print(f"\nslowloris, 300 half-open connections, fd limit 192: /healthz p50 {1000 * percentile(latencies, 50):.1f} ms, "
           f"p99 {1000 * p99:.1f} ms over {len(latencies)} probes; {closed} attacker connections closed by the server "
@@ -120,17 +145,12 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     # Every attacker connection the cap closes comes straight back: the server accepts
     # and closes ~450 a second here, and a probe queues behind them in the kernel.
     assert p99 < 0.500
-    assert closed >= 300 and longest < config.HEADER_TIMEOUT_SECONDS + 2
-    assert oldest < config.HEADER_TIMEOUT_SECONDS + 2
+    assert closed >= 300 and longest < HEADER_TIMEOUT + 2
+    assert oldest < HEADER_TIMEOUT + 2
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
 
 
-SHORT_IDLE = """
-import sys
-from vllm_specdec_exporter import cli, config
-config.IDLE_TIMEOUT_SECONDS = 2.0
-sys.exit(cli.main(sys.argv[1:]))
-"""
+SHORT_IDLE = launcher(f"config.IDLE_TIMEOUT_SECONDS = {IDLE_TIMEOUT}")
 
 
 def _wait_closed(s: socket.socket, deadline: float) -> float | None:
@@ -150,7 +170,7 @@ def _wait_closed(s: socket.socket, deadline: float) -> float | None:
 def test_idle_keep_alive_connections_are_closed():
     """After a response, the next complete request must come within the idle timeout;
     a connection that sits idle, or sends half a second request, is closed."""
-    server, port = start_exporter(launcher=SHORT_IDLE)
+    serve, port = start_exporter(launcher=SHORT_IDLE)
     try:
         idle = socket.create_connection(("127.0.0.1", port))
         half = socket.create_connection(("127.0.0.1", port))
@@ -160,16 +180,15 @@ def test_idle_keep_alive_connections_are_closed():
         half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         waited = [_wait_closed(s, 10) for s in (idle, half)]
     finally:
-        server.stop()
+        serve.stop()
     assert all(w is not None and w < 5 for w in waited), waited
 
 
-NO_CAP = """
-import sys
-from vllm_specdec_exporter import cli, web
-web.open_file_limit = lambda reserve: 100_000  # as if the cap were set above the real descriptor limit
-sys.exit(cli.main(sys.argv[1:]))
-"""
+# as if the cap were set above the real descriptor limit
+NO_CAP = launcher("from vllm_specdec_exporter import web", "web.open_file_limit = lambda reserve: 100_000")
+# The attack itself is the thing measured: descriptors exhausted for two header
+# timeouts, so timed-out connections come straight back and fail accept() again.
+ATTACK_SECONDS = 2 * HEADER_TIMEOUT
 
 
 def test_running_out_of_descriptors_logs_at_a_bounded_rate_and_recovers():
@@ -177,16 +196,16 @@ def test_running_out_of_descriptors_logs_at_a_bounded_rate_and_recovers():
     something else), accept() fails: asyncio logs every failure, for every pending
     connection, on every tick (the issue saw ~100 k lines in seconds). Here the log
     stays bounded, and /healthz answers again as soon as the attack stops."""
-    server, port = start_exporter(launcher=NO_CAP, preexec_fn=nofile(128))
+    serve, port = start_exporter(launcher=NO_CAP, preexec_fn=nofile(128))
     try:
         with Slowloris(port, 300):
-            time.sleep(6)  # the attack itself is the thing measured: 6 s of exhausted descriptors
-        recovered = wait_for(lambda: _healthz_ok(port), 15, "/healthz after the attack", step=0.2)
+            time.sleep(ATTACK_SECONDS)
+        recovered = wait_for(lambda: _healthz_ok(port), 15, "/healthz after the attack", step=0.05)
     finally:
-        logs = server.stop()
+        logs = serve.stop()
     lines = logs.splitlines()
     accept_lines = [line for line in lines if "accept" in line]
-    print(f"\ndescriptors exhausted for 6 s: {len(lines)} log lines, {len(accept_lines)} about accept()")
+    print(f"\ndescriptors exhausted for {ATTACK_SECONDS} s: {len(lines)} log lines, {len(accept_lines)} about accept()")
     assert 1 <= len(accept_lines) <= 3 and len(lines) < 30, lines[:20]
     assert recovered
 
@@ -201,15 +220,16 @@ def _healthz_ok(port: int) -> bool:
 def test_half_open_connections_are_closed_at_the_header_timeout():
     """50 slowloris connections, under the connection cap: each is closed by the header
     timeout (the issue saw them open after 100 s), not before."""
-    server, port = start_exporter()
+    serve, port = start_exporter(launcher=SHORT)
     try:
         with Slowloris(port, 50) as attack:
-            wait_for(lambda: len(attack.lifetimes) >= 50, config.HEADER_TIMEOUT_SECONDS + 10,
-                     "the server to close 50 half-open connections", step=0.2)
+            wait_for(lambda: len(attack.lifetimes) >= 50, HEADER_TIMEOUT + 10,
+                     "the server to close 50 half-open connections", step=0.05)
             lifetimes = sorted(attack.lifetimes)[:50]
     finally:
-        server.stop()
-    assert lifetimes[0] > config.HEADER_TIMEOUT_SECONDS - 0.5 and lifetimes[-1] < config.HEADER_TIMEOUT_SECONDS + 2
+        serve.stop()
+    # not before: each sent a header line every 0.5 s meanwhile, which must not reset the timeout
+    assert lifetimes[0] > HEADER_TIMEOUT - 0.5 and lifetimes[-1] < HEADER_TIMEOUT + 2
 
 
 
@@ -219,12 +239,12 @@ def test_tls_connections_that_never_finish_the_handshake_are_closed(tmp_path):
     from security_harness import make_pki, write_web_config
     pki = make_pki(tmp_path)
     cfg = write_web_config(tmp_path / "web.yaml", pki)
-    server, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt")
+    serve, port = start_exporter("--web.config.file", str(cfg), tls_ca=pki / "ca.crt", launcher=SHORT)
     try:
         conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
         for s in conns:
             s.sendall(b"\x16\x03\x01")
-        waited = [_wait_closed(s, config.HEADER_TIMEOUT_SECONDS + 5) for s in conns]
+        waited = [_wait_closed(s, HEADER_TIMEOUT + 5) for s in conns]
     finally:
-        server.stop()
-    assert all(w is not None and w < config.HEADER_TIMEOUT_SECONDS + 2 for w in waited), waited
+        serve.stop()
+    assert all(w is not None and w < HEADER_TIMEOUT + 2 for w in waited), waited
