@@ -27,6 +27,7 @@ from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.web import create_app, start_site
 
 PASSWORD = "correct horse battery staple"
+FLOOD_SECONDS = 4
 
 
 def flood(port: int, stop: threading.Event, counter: list[int], user: str = "prometheus") -> None:
@@ -68,9 +69,9 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
                 t.start()
             started = time.monotonic()
             latencies = []
-            while time.monotonic() - started < 8:
+            while time.monotonic() - started < FLOOD_SECONDS:
                 latencies.append(timed_get(f"http://127.0.0.1:{port}/healthz"))
-                time.sleep(0.05)
+                time.sleep(0.01)  # a few hundred probes: a p99 that is not just the worst one
             polls = [h for h in hits if started <= h <= time.monotonic()]
             scrape = timed_get(f"http://127.0.0.1:{port}/metrics", auth=("prometheus", PASSWORD), timeout=30)
         finally:
@@ -81,13 +82,15 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
     p99 = percentile(latencies, 99)
     gaps = [b - a for a, b in itertools.pairwise(polls)] or [float("inf")]
 
-    print(f"\nwrong-password flood, 16 clients, 8 s: {answered[0]} refusals; /healthz p50 "
+    print(f"\nwrong-password flood, 16 clients, {FLOOD_SECONDS} s: {answered[0]} refusals; /healthz p50 "
           f"{1000 * percentile(latencies, 50):.1f} ms, p99 {1000 * p99:.1f} ms, max {1000 * max(latencies):.1f} ms "
           f"over {len(latencies)} probes; {len(polls)} polls, longest gap {max(gaps):.2f} s; "
           f"a scrape with the right (cached) password {1000 * scrape:.0f} ms")
-    assert answered[0] >= 20  # the flood really ran (bcrypt ~0.1 s each, one at a time)
+    # the flood really ran (bcrypt ~0.1-0.2 s each, one at a time): 2.5 a second at least
+    assert answered[0] >= 2.5 * FLOOD_SECONDS
     assert p99 < 0.100, f"/healthz p99 {p99 * 1000:.0f} ms under the flood"
-    assert len(polls) >= 6 and max(gaps) < 1.5, f"polls during the flood: {gaps}"
+    # polled every second: at most one poll short of the flood's length (a window edge)
+    assert len(polls) >= FLOOD_SECONDS - 1 and max(gaps) < 1.5, f"polls during the flood: {gaps}"
     assert scrape < 1.0  # the right password is cached: it does not queue behind the flood's bcrypt
 
 
