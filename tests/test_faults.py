@@ -40,8 +40,11 @@ class Hostile:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         self.sim.tick()
-        body = self.override if self.override is not None else self.sim.render()
         mode = self.mode
+        if mode in ("500", "404", "html", "empty", "garbage", "reset"):  # no payload: skip the ~0.1 s render
+            body = b""
+        else:
+            body = self.override if self.override is not None else self.sim.render()
         if mode == "ok":
             return web.Response(body=body, content_type="text/plain")
         if mode in ("500", "404"):
