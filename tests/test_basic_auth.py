@@ -48,6 +48,7 @@ def flood(port: int, stop: threading.Event, counter: list[int], user: str = "pro
     conn.close()
 
 
+@pytest.mark.xdist_group("latency")  # timing assertions: never beside another latency test
 def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
     """16 clients sending wrong passwords as fast as they are answered: /healthz stays
     under 100 ms at p99 and vLLM is still polled every second."""
@@ -94,6 +95,7 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
     assert scrape < 1.0  # the right password is cached: it does not queue behind the flood's bcrypt
 
 
+@pytest.mark.xdist_group("latency")  # timing assertions: never beside another latency test
 def test_unknown_user_takes_as_long_as_a_wrong_password(tmp_path):
     """No user names by timing: both go through bcrypt at the same cost."""
     cfg = write_web_config(tmp_path / "web.yaml", users={"prometheus": bcrypt_hash(PASSWORD, 10)})

@@ -264,6 +264,7 @@ def test_sidecar_names_a_restart_into_a_broken_head(tmp_path):
     run(go())
 
 
+@pytest.mark.long
 def test_sidecar_names_one_rank():
     async def go():
         async with harness("bad-engine") as h:

@@ -297,6 +297,7 @@ def mounted(docs: list[dict], secrets: Path, work: Path) -> tuple[list[str], dic
     return [local(a) for a in c["args"]], mounts
 
 
+@pytest.mark.long
 def test_real_prometheus_scrapes_the_exporter_over_tls_with_basic_auth():
     tool("prometheus")
     fast = ["--set", "serviceMonitor.interval=1s", "--set", "serviceMonitor.scrapeTimeout=1s",

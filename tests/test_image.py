@@ -70,6 +70,7 @@ def world_readable_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.long
 def test_the_images_steps_install_the_locked_set_and_run_the_cli_demo_and_cmd(world_readable_tmp, tmp_path):
     """The Dockerfile's pip steps, once: the lock alone installs with --require-hashes
     into an empty venv, then the wheel built here with --no-deps. From that set only

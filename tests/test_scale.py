@@ -60,6 +60,7 @@ def polls_done(port: int, result: str = "success") -> float:
                if line.startswith("vllm_specdec_exporter_polls_total{") and f'result="{result}"' in line)
 
 
+@pytest.mark.xdist_group("latency")  # timing assertions: never beside another latency test
 def test_healthz_answers_fast_while_the_biggest_payload_is_parsed():
     body = biggest_payload(32 * 1024 * 1024 - 4096)
     with LoopbackServer(lambda n: prom(body)) as vllm:

@@ -349,6 +349,7 @@ def peer_cn(port: int, ctx: ssl.SSLContext) -> str:
         return dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
 
 
+@pytest.mark.long
 def test_certificates_and_config_are_reread_without_restart_or_dropping_connections(tmp_path, pki):
     """cert-manager rotates the Secret (files swapped atomically): new connections get the
     new certificate, an open keep-alive connection goes on; then the config itself

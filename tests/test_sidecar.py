@@ -56,6 +56,7 @@ def test_healthy_windows_match_the_injected_acceptance():
     run(go())
 
 
+@pytest.mark.long
 def test_collapse_is_seen_in_the_short_window_first():
     async def go():
         async with harness("collapse") as h:

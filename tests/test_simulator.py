@@ -60,6 +60,7 @@ def test_simulate_lists_scenarios_and_refuses_unknown_ones():
     assert proc.returncode == 2 and b"'nope' is neither a file nor one of" in proc.stderr
 
 
+@pytest.mark.long
 def test_demo_runs_and_stops_cleanly():
     proc = run_cli("demo", "--duration", "3s", "--speed", "20", "--exporter-port", "0", "--simulator-port", "0",
                    timeout=60)
@@ -71,6 +72,7 @@ def test_demo_runs_and_stops_cleanly():
     assert out.rstrip().endswith("demo stopped: simulator and exporter shut down.")
 
 
+@pytest.mark.long
 def test_demo_health_line_names_the_broken_engine():
     """Engine 5 breaks at 40 s of scenario time (10 s of real time at speed 4): within
     14 s the health line names it, and no frame before the break does."""

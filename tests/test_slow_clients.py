@@ -11,10 +11,15 @@ import socket
 import threading
 import time
 
+import pytest
+
 from conftest import REPO
 from prom_harness import wait_for
 from security_harness import percentile, start_exporter, timed_get
 from vllm_specdec_exporter import config, server
+
+# Timing assertions (lifetimes, probe p99): in make test's parallel run, never beside another latency test.
+pytestmark = pytest.mark.xdist_group("latency")
 
 # What these tests prove does not depend on the production timeouts (5 s headers, 75 s
 # idle): `serve` runs with shorter ones, set before server.Limits binds its default;
