@@ -50,7 +50,7 @@ def test_redirects_are_not_followed_and_other_hosts_never_show(tmp_path):
             config.write_text(yaml.safe_dump({
                 "targets": [{"name": "away", "url": target.url("/away")},
                             {"name": "same", "url": target.url("/same-host")}],
-                "poll": {"interval": "1s"}, "log": {"level": "debug"}}))
+                "poll": {"interval": "250ms"}, "log": {"level": "debug"}}))
             server, port = start_exporter("--config.file", str(config))
             base = f"http://127.0.0.1:{port}"
             surfaces = {}
