@@ -500,6 +500,7 @@ def churn(polls: int, interval: str, config: str = "") -> dict:
             proc.wait(30)
 
 
+@pytest.mark.long
 def test_churn_of_engine_labels_stays_bounded():
     """Short form (issue 10, item 3): a new engine label on every 100 ms poll, with a cap
     of 20 held engines: the oldest are forgotten, counted, memory and /metrics bounded."""

@@ -129,6 +129,7 @@ def leaks(text: str, secrets: dict[str, str]) -> list[str]:
 # Each example runs the real exporter and fifteen CLI commands: few examples, no
 # shrinking (a failure prints its secrets and the surface they reached). The CLI
 # commands need only the upstream, so they run beside the exporter, a few at a time.
+@pytest.mark.long
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck),
           phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(url_password=SECRET, token=SECRET, auth_password=SECRET)
