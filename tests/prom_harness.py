@@ -26,11 +26,17 @@ from conftest import cli_path, require
 from vllm_specdec_exporter.generators import rules
 
 
+COLLAPSE_AT = 30  # scenario seconds at which the shared scenario's draft head breaks
+COLLAPSE_MODEL = "deepseek-ai/DeepSeek-V4-Pro"
+DEAD_RANK_AT = 10  # ... and at which one rank of the server beside it loses its head
+DEAD_RANK_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
+
+
 def collapse_scenario(at_seconds: int) -> str:
     """2 engines of healthy DeepSeek-V4-Pro MTP k=2 whose draft head breaks at ``at_seconds``."""
     return f"""
 description: e2e -- healthy, then the draft head breaks at {at_seconds}s
-model_name: deepseek-ai/DeepSeek-V4-Pro
+model_name: {COLLAPSE_MODEL}
 engines: 2
 k: 2
 drafts_per_second: 50
@@ -41,12 +47,28 @@ phases:
 """
 
 
-COLLAPSE_AT = 30  # scenario seconds at which the shared scenario's draft head breaks
+def dead_rank_scenario(at_seconds: int) -> str:
+    """A second server beside it: 2 healthy engines of another model, engine 1 of which
+    loses its draft head at ``at_seconds`` (one dead data-parallel rank)."""
+    return f"""
+description: e2e -- one of two ranks loses its draft head at {at_seconds}s
+model_name: {DEAD_RANK_MODEL}
+engines: 2
+k: 2
+drafts_per_second: 50
+per_position: [0.924, 0.687]
+phases:
+  - at: {at_seconds}s
+    engines: [1]
+    per_position: [0.0357, 0.0008]
+"""
+
+
 HEALTHY_AL = 1 + 0.924 + 0.687
 # Short windows and for: so the scenario takes a minute; the expressions keep their shape.
 E2E_OPTIONS = rules.Options(
     ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
-    fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s"},
+    fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s", "VLLMSpecDecodeEngineCollapsed": "4s"},
     thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
 )
 E2E_EXPORTER_CONFIG = {"windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}
@@ -177,10 +199,11 @@ class Stack:
 
 @contextmanager
 def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simulator: bool = False,
-          exporter_config: dict | None = None, direct_rules_text: str | None = None):
+          exporter_config: dict | None = None, direct_rules_text: str | None = None, beside: str | None = None):
     """Simulator (+ exporter) + Prometheus with ``rules_text`` loaded. With ``direct_rules_text``, a
     second Prometheus scrapes the simulator alone with those (vllm-direct) rules: the two rule
-    variants record the same names from different inputs, so they cannot share one."""
+    variants record the same names from different inputs, so they cannot share one. ``beside``:
+    a second simulated server (another model), polled and scraped alongside the first."""
     tool("prometheus")
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory()))
@@ -188,10 +211,16 @@ def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simula
         started = time.time()
         sim = serve(es, [cli_path(), "simulate", "--scenario", str(tmp / "scenario.yaml"),
                          "--web.listen-address", "127.0.0.1:0"], tmp / "sim.log")
+        sims = [sim]
+        if beside is not None:
+            (tmp / "beside.yaml").write_text(beside)
+            sims.append(serve(es, [cli_path(), "simulate", "--scenario", str(tmp / "beside.yaml"),
+                                   "--web.listen-address", "127.0.0.1:0"], tmp / "beside.log"))
         targets = []
         exporter_url = None
         if sidecar:
-            config = {"targets": [{"url": f"http://{sim}/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
+            polled = [{"name": f"vllm-{i}" if i else "vllm", "url": f"http://{s}/metrics"} for i, s in enumerate(sims)]
+            config = {"targets": polled, "web": {"listen_address": "127.0.0.1:0"},
                       "poll": {"interval": "1s"}, **(exporter_config or {})}
             (tmp / "exporter.yaml").write_text(yaml.safe_dump(config))
             exporter = serve(es, [cli_path(), "serve", "--config.file", str(tmp / "exporter.yaml"),
@@ -199,19 +228,20 @@ def stack(scenario: str, rules_text: str, *, sidecar: bool = True, scrape_simula
             targets.append(exporter)
             exporter_url = f"http://{exporter}"
         if scrape_simulator or not sidecar:
-            targets.append(sim)
+            targets += sims
         prom = prometheus(es, tmp / "prometheus", rules_text, targets)
-        direct = prometheus(es, tmp / "direct", direct_rules_text, [sim]) if direct_rules_text is not None else None
+        direct = prometheus(es, tmp / "direct", direct_rules_text, sims) if direct_rules_text is not None else None
         yield Stack(prom, started, f"http://{sim}", exporter_url, direct)
 
 
 @contextmanager
 def collapse_stack():
-    """The stack every end-to-end test reads: 2 healthy engines whose draft head breaks at
-    COLLAPSE_AT s; the exporter (windows of 8s) and vLLM scraped by ``prom`` with the sidecar
-    rules, vLLM by ``direct_prom`` with the vllm-direct rules (both with E2E_OPTIONS). Tests
-    wait for the end state they need, then read the healthy phase back from history."""
+    """The stack every end-to-end test reads: 2 healthy engines of COLLAPSE_MODEL whose draft
+    head breaks at COLLAPSE_AT s, and beside them a server of DEAD_RANK_MODEL whose engine 1
+    loses its head at DEAD_RANK_AT s; the exporter (windows of 8s) and vLLM scraped by ``prom``
+    with the sidecar rules, vLLM by ``direct_prom`` with the vllm-direct rules (both with
+    E2E_OPTIONS). Tests wait for the end state they need, then read earlier phases back."""
     with stack(collapse_scenario(COLLAPSE_AT), rules.dump(rules.rule_file("sidecar", E2E_OPTIONS), ""),
-               scrape_simulator=True, exporter_config=E2E_EXPORTER_CONFIG,
+               scrape_simulator=True, exporter_config=E2E_EXPORTER_CONFIG, beside=dead_rank_scenario(DEAD_RANK_AT),
                direct_rules_text=rules.dump(rules.rule_file("vllm-direct", E2E_OPTIONS), "")) as st:
         yield st

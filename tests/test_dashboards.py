@@ -12,7 +12,7 @@ import pytest
 
 import render_preview
 from conftest import REPO
-from prom_harness import COLLAPSE_AT, HEALTHY_AL, wait_for
+from prom_harness import COLLAPSE_AT, COLLAPSE_MODEL, HEALTHY_AL, wait_for
 from vllm_specdec_exporter.generators import boards
 
 DASHBOARDS = {"vllm-specdec-overview": "Speculative decoding / Overview",
@@ -134,10 +134,11 @@ def empty_panels(prom, uid: str, at: float | None = None, allowed: set[str] = OP
 def test_every_panel_query_answers_from_a_real_prometheus(collapse_stack, tmp_path):
     st = collapse_stack
     prom = st.prom
-    al_rule = "namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+    model = f'model_name="{COLLAPSE_MODEL}"'  # a second server, with one dead rank, runs beside it
+    al_rule = f"namespace_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m{{{model}}}"
     # The collapsed scenario (waited for first; the healthy phase is read back from history).
     deadline = st.started + COLLAPSE_AT + 60
-    wait_for(lambda: (prom.value('vllm_specdec_health{vllm_specdec_health="collapsed"}') or 0) == 1, deadline - time.time(),
+    wait_for(lambda: (prom.value(f'vllm_specdec_health{{vllm_specdec_health="collapsed",{model}}}') or 0) == 1, deadline - time.time(),
              "the exporter's health to read collapsed")
     wait_for(lambda: (prom.value(al_rule) or 9) < 1.9, deadline - time.time(), "the 5m recording rule to fall")
     # Healthy (2 s before the collapse): every panel answers, with the healthy figures.

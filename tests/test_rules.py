@@ -13,7 +13,7 @@ import yaml
 
 import promtool_cases
 from conftest import PROMTOOL_SUITES, REPO
-from prom_harness import COLLAPSE_AT, HEALTHY_AL, Stack, tool, wait_for
+from prom_harness import COLLAPSE_AT, COLLAPSE_MODEL, DEAD_RANK_AT, DEAD_RANK_MODEL, HEALTHY_AL, Stack, tool, wait_for
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.health import judge, match_profile
@@ -154,8 +154,12 @@ def test_alertmanager_example_is_valid():
 # One stack for all of them (prom_harness.collapse_stack): each test waits for the end
 # state it needs, then checks the healthy phase and the collapse in Prometheus's history.
 
-AL_RULE = "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+AL = "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+ENGINE_AL = "namespace_pod_model_name_engine:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+PRO = f'model_name="{COLLAPSE_MODEL}"'
+AL_RULE = f"{AL}{{{PRO}}}"
 COLLAPSED = "VLLMSpecDecodeAcceptanceCollapsed"
+ENGINE_COLLAPSED = "VLLMSpecDecodeEngineCollapsed"
 
 
 def check_collapse(st: Stack, direct: bool) -> None:
@@ -169,18 +173,20 @@ def check_collapse(st: Stack, direct: bool) -> None:
     assert len(al) >= 3 and all(v == pytest.approx(HEALTHY_AL, rel=0.02) for v in al.values()), al
     start = min(al)
     if not direct:
-        for rule, gauge in ((AL_RULE, 'vllm_specdec_mean_acceptance_length{window="8s"}'),
-                            ("namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m",
-                             'vllm_specdec_acceptance_ratio{window="8s"}')):
+        for rule, gauge in ((AL_RULE, f'vllm_specdec_mean_acceptance_length{{window="8s",{PRO}}}'),
+                            (f"namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m{{{PRO}}}",
+                             f'vllm_specdec_acceptance_ratio{{window="8s",{PRO}}}')):
             by_rule, by_gauge = prom.series(rule, start, end), prom.series(gauge, start, end)
             both = sorted(by_rule.keys() & by_gauge.keys())
             assert len(both) >= 3, (rule, gauge)
             for t in both:
                 assert by_rule[t] == pytest.approx(by_gauge[t], rel=0.02), (rule, t, by_rule[t], by_gauge[t])
-        pos = prom.series('namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{position="1"}',
+        pos = prom.series(f'namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{{position="1",{PRO}}}',
                           start, end)
         assert pos and all(v == pytest.approx(0.687, rel=0.02) for v in pos.values()), pos
-    healthy_alerts = prom.query_range('ALERTS{alertname=~"VLLMSpecDecode.*"}', start, end, 1)
+    # (the server beside it has its own dead rank: test_e2e_one_dead_rank_pages_engine_collapsed)
+    healthy_alerts = prom.query_range(f'ALERTS{{alertname=~"VLLMSpecDecode.*",model_name!="{DEAD_RANK_MODEL}"}}',
+                                      start, end, 1)
     assert healthy_alerts == [], [a["metric"] for a in healthy_alerts]
     # The collapse at COLLAPSE_AT: pending, then firing.
     after = st.started + COLLAPSE_AT
@@ -198,3 +204,29 @@ def test_e2e_sidecar_rules_on_a_real_prometheus(collapse_stack):
 
 def test_e2e_direct_rules_on_a_real_prometheus(collapse_stack):
     check_collapse(collapse_stack, direct=True)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["sidecar", "vllm-direct"])
+def test_e2e_one_dead_rank_pages_engine_collapsed(collapse_stack, direct):
+    """Beside the collapse, a server of another model loses its draft head on one of its two
+    ranks: EngineCollapsed pages for that engine (pending first), its model as a whole is not
+    collapsed, and the engines of the model that collapsed entirely never page it (the whole
+    model's alert covers them)."""
+    st = collapse_stack
+    prom = st.direct_prom if direct else st.prom
+    firing = f'ALERTS{{alertname="{ENGINE_COLLAPSED}",alertstate="firing"}}'
+    wait_for(lambda: prom.query(firing), st.started + DEAD_RANK_AT + 60 - time.time(), f"{ENGINE_COLLAPSED} to fire")
+    labels = prom.query(firing)[0]["metric"]
+    assert (labels["model_name"], labels["engine"], labels["severity"]) == (DEAD_RANK_MODEL, "1", "critical"), labels
+    flash = f'model_name="{DEAD_RANK_MODEL}"'
+    assert prom.value(f'{ENGINE_AL}{{{flash},engine="1"}}') < 1.1
+    assert prom.value(f'{ENGINE_AL}{{{flash},engine="0"}}') == pytest.approx(HEALTHY_AL, rel=0.02)
+    assert 1.5 < prom.value(f"{AL}{{{flash}}}") < 2.0  # half the steps still accept: not a collapse
+    # Once the other model has collapsed entirely, its engines have still never paged on their own.
+    wait_for(lambda: prom.query(f'ALERTS{{alertname="{COLLAPSED}",alertstate="firing"}}'),
+             st.started + COLLAPSE_AT + 60 - time.time(), f"{COLLAPSED} to fire")
+    ever = prom.query_range(f'ALERTS{{alertname="{ENGINE_COLLAPSED}"}}', st.started, time.time(), 1)
+    assert {(a["metric"]["model_name"], a["metric"]["engine"]) for a in ever} == {(DEAD_RANK_MODEL, "1")}, ever
+    states = {s: prom.series(f'ALERTS{{alertname="{ENGINE_COLLAPSED}",alertstate="{s}"}}', st.started, time.time() + 1)
+              for s in ("pending", "firing")}
+    assert min(states["pending"]) < min(states["firing"]), states
