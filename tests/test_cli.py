@@ -225,3 +225,21 @@ def test_a_file_report_or_a_refused_flag_loads_no_http_client(args, status, out)
               if line.startswith("import time:") and "|" in line}
     assert "vllm_specdec_exporter.adapters" in loaded  # the import log is the one this test reads
     assert sorted(name for name in loaded if name.split(".")[0] in ("aiohttp", "asyncio", "yaml")) == []
+
+
+def test_every_option_of_every_command_is_in_the_readme():
+    """Docs that match the code: an option added to any command must be named in the README
+    (serve's flag table itself is generated from settings.FLAGS and checked in test_serve)."""
+    import argparse
+    import re
+
+    from conftest import REPO
+    from vllm_specdec_exporter.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"report", "diff", "serve", "simulate", "demo"} <= commands.keys()
+    undocumented = [f"{name} {opt}" for name, parser in commands.items() for action in parser._actions
+                    for opt in action.option_strings
+                    if opt.startswith("--") and opt != "--help" and not re.search(re.escape(opt) + r"(?![\w.-])", readme)]
+    assert undocumented == []
