@@ -1,14 +1,16 @@
-"""Build a tiny Llama, its tokenizer and an EAGLE-1 head, with no download.
+"""Build a tiny Llama, its tokenizer, a smaller draft Llama and an EAGLE-1 head, with no download.
 
 Usage (with the e2e venv's python): build_model.py MODELS_DIR
 Builds, unless already there, MODELS_DIR/<hash of this file>/ (model_cache.py):
-target/ (model + tokenizer), eagle/ (the head) and .built. Everything is seeded; on
+target/ (model + tokenizer), draft/ (a 1-layer Llama on the same tokenizer, for
+vLLM's draft_model method), eagle/ (the head) and .built. Everything is seeded; on
 one thread it takes about a minute.
 
 The corpus is generated, repetitive text, so a target trained for seconds writes
 fluent-looking loops (ngram drafting finds matches in them) and a head trained for
 seconds against it guesses the next token well and later ones worse: the realistic
-fall-off by position that the e2e test checks.
+fall-off by position that the e2e test checks. The draft model is the target's recipe,
+smaller: trained on the same corpus, it agrees with the target on most tokens.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from model_cache import model_dir
 
 SEED = 1234
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 128, 2, 2, 384
+DRAFT_LAYERS = 1  # the draft: hidden 128 too, one layer
 SEQ = 64
-TARGET_STEPS, EAGLE_STEPS = 220, 260
+TARGET_STEPS, DRAFT_STEPS, EAGLE_STEPS = 220, 220, 260
 SPECIALS = ["<unk>", "<s>", "</s>"]
 
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the robot", "a small bird", "the teacher", "our neighbour"]
@@ -68,21 +71,22 @@ def batches(ids: list[int], rng: random.Random, batch: int):
         yield torch.tensor([ids[s:s + SEQ + 2] for s in starts])
 
 
-def train_target(tok: PreTrainedTokenizerFast, ids: list[int], rng: random.Random, out: Path) -> LlamaForCausalLM:
+def train_llama(tok: PreTrainedTokenizerFast, ids: list[int], rng: random.Random, out: Path, name: str,
+                layers: int, steps: int) -> LlamaForCausalLM:
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                      num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                      num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=HEADS,
                       max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       tie_word_embeddings=False, torch_dtype="float32")
     model = LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = batches(ids, rng, 16)
-    for _ in range(TARGET_STEPS):
+    for _ in range(steps):
         x = next(data)[:, :SEQ]
         loss = model(input_ids=x, labels=x).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
-    print(f"target: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, loss {loss.item():.3f}")
+    print(f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, loss {loss.item():.3f}")
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     return model
@@ -182,9 +186,12 @@ def main() -> int:
     tok = build_tokenizer(lines, target_dir)
     ids = tok("\n".join(lines), verbose=False)["input_ids"]
     print(f"tokenizer: {time.monotonic() - started:.1f} s")
-    target = train_target(tok, ids, rng, target_dir)
+    target = train_llama(tok, ids, rng, target_dir, "target", LAYERS, TARGET_STEPS)
     print(f"target: {time.monotonic() - started:.1f} s")
     train_eagle(target, ids, rng, out / "eagle")
+    print(f"eagle: {time.monotonic() - started:.1f} s")
+    # Last, so the target and the head stay what they were before the draft existed.
+    train_llama(tok, ids, rng, out / "draft", "draft", DRAFT_LAYERS, DRAFT_STEPS)
     (out / ".built").write_text(f"{time.monotonic() - started:.1f}\n")
     shutil.rmtree(final, ignore_errors=True)
     out.rename(final)

@@ -2,16 +2,17 @@
 
 Run by `make e2e-vllm` (and so by `make test` and CI), which first builds the vLLM
 venv (setup_env.sh). The file name keeps it out of the plain `pytest` run: it starts
-four vLLM servers, so it runs once, on its own.
+five vLLM servers, so it runs once, on its own.
 
 The oracle is vLLM itself: with one API server vLLM logs a `SpecDecoding metrics`
 line per stats interval, and an interval bracketed by two quiet moments must read the
 same in the exporter's `diff` as in that line. In every configuration the exporter's
 counters must equal vLLM's raw counters.
 
-All four servers boot at once, on their own ports. Order matters and is the order
+All five servers boot at once, on their own ports. Order matters and is the order
 below: the sidecar polls ngram, then EAGLE through one forwarded URL (for the sidecar,
-a vLLM restart mid-run), then data parallel 2 and spec decode off are checked.
+a vLLM restart mid-run), then a separate draft model (its own sidecar), spec decode off
+and data parallel 2 are checked.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class Run:
         """Every server boots at once, ngram first: vLLM takes one to four minutes to start
         on two busy cores, and booting them one after the other would add those up."""
         eagle = {"method": "eagle", "model": str(self.model / "eagle"), "num_speculative_tokens": K}
-        for name, spec, extra in (("ngram", NGRAM, ()), ("eagle", eagle, ()),
+        draft = {"method": "draft_model", "model": str(self.model / "draft"), "num_speculative_tokens": K}
+        for name, spec, extra in (("ngram", NGRAM, ()), ("eagle", eagle, ()), ("draft", draft, ()),
                                   ("dp2", NGRAM, ("--data-parallel-size", "2", "--max-num-seqs", "4")),
                                   ("no-spec", None, ())):
             self.servers[name] = VllmServer(VENV, self.model, self.scratch, self.cache, name, free_port(), spec, extra)
@@ -209,13 +211,14 @@ def assert_matches_log(label: str, r: Run, out: dict, line: SpecLine) -> dict:
     return figures
 
 
-def check_config(r: Run, server: VllmServer, label: str) -> dict:
-    """Warm up, take one oracle interval, then compare the sidecar and `report` with vLLM's counters."""
+def check_config(r: Run, server: VllmServer, label: str, sidecar: Sidecar | None = None) -> dict:
+    """Warm up, take one oracle interval, then compare the sidecar (the shared one unless
+    given) and `report` with vLLM's counters."""
     drive_load(server.url, 4, 32)  # a first load: later ticks are logged even when idle again
     out, line = oracle_interval(r, server, label, requests=6, max_tokens=48)
     figures = assert_matches_log(label, r, out, line)
     raw = server.metrics()
-    assert_exported_equals_raw(r.sidecar.caught_up(), raw, {"0"})
+    assert_exported_equals_raw((sidecar or r.sidecar).caught_up(), raw, {"0"})
     # `report` against the live vLLM: totals since start equal the raw counters, and all
     # of vLLM's SpecDecoding lines since start add up to them too.
     totals = cli_json("report", server.url + "/metrics")["models"][MODEL_NAME]["all"]
@@ -251,6 +254,10 @@ def test_eagle_after_a_restart_matches_vllms_own_log(run):
              60, "the sidecar to see vLLM down")
     server = run.ready("eagle")
     run.forwarder.backend = server.port
+    # The sidecar's first poll of the new server must see its counters at zero, as after
+    # a real restart; load sent before that poll could lift one counter above the old
+    # server's and make the poll read as inconsistent instead.
+    sidecar.caught_up()
     figures = check_config(run, server, "eagle")
     after = sidecar.caught_up()
     assert sum(pick(after, "vllm_specdec_exporter_engine_restarts_total").values()) == restarts + 1
@@ -262,6 +269,18 @@ def test_eagle_after_a_restart_matches_vllms_own_log(run):
     pos = figures["vllm_log"]["per_position"]
     assert pos[0] > 0.5 and pos[0] > pos[1] >= pos[2], pos
     server.stop()  # give its cores to the servers still to be checked
+
+
+def test_draft_model_matches_vllms_own_log(run):
+    # A separate small model (1 layer, the target's tokenizer) drafts k tokens at every step.
+    server = run.ready("draft")
+    sidecar = Sidecar(cli_path(), run.scratch, "exporter-draft", server.url)
+    try:
+        figures = check_config(run, server, "draft", sidecar)
+        assert figures["exporter"]["drafted"] > 0 and figures["exporter"]["accepted"] > 0, figures
+    finally:
+        sidecar.stop()
+        server.stop()
 
 
 def test_spec_decode_off_reads_as_such(run):
