@@ -32,36 +32,32 @@ DEAD_RANK_AT = 10  # ... and at which one rank of the server beside it loses its
 DEAD_RANK_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 
 
-def collapse_scenario(at_seconds: int) -> str:
-    """2 engines of healthy DeepSeek-V4-Pro MTP k=2 whose draft head breaks at ``at_seconds``."""
+def _healthy_then_broken(description: str, model: str, at_seconds: int, engines: str = "") -> str:
+    """2 engines of healthy MTP k=2 whose draft head breaks at ``at_seconds`` (on ``engines`` only, if given)."""
+    only = f"\n    engines: {engines}" if engines else ""
     return f"""
-description: e2e -- healthy, then the draft head breaks at {at_seconds}s
-model_name: {COLLAPSE_MODEL}
+description: e2e -- {description}
+model_name: {model}
 engines: 2
 k: 2
 drafts_per_second: 50
 per_position: [0.924, 0.687]
 phases:
-  - at: {at_seconds}s
+  - at: {at_seconds}s{only}
     per_position: [0.0357, 0.0008]
 """
+
+
+def collapse_scenario(at_seconds: int) -> str:
+    """2 engines of healthy DeepSeek-V4-Pro MTP k=2 whose draft head breaks at ``at_seconds``."""
+    return _healthy_then_broken(f"healthy, then the draft head breaks at {at_seconds}s", COLLAPSE_MODEL, at_seconds)
 
 
 def dead_rank_scenario(at_seconds: int) -> str:
     """A second server beside it: 2 healthy engines of another model, engine 1 of which
     loses its draft head at ``at_seconds`` (one dead data-parallel rank)."""
-    return f"""
-description: e2e -- one of two ranks loses its draft head at {at_seconds}s
-model_name: {DEAD_RANK_MODEL}
-engines: 2
-k: 2
-drafts_per_second: 50
-per_position: [0.924, 0.687]
-phases:
-  - at: {at_seconds}s
-    engines: [1]
-    per_position: [0.0357, 0.0008]
-"""
+    return _healthy_then_broken(f"one of two ranks loses its draft head at {at_seconds}s", DEAD_RANK_MODEL,
+                                at_seconds, engines="[1]")
 
 
 HEALTHY_AL = 1 + 0.924 + 0.687
