@@ -71,6 +71,7 @@ _SHARED_ENV = "VLLM_SPECDEC_TEST_SHARED"
 _WORKER = "PYTEST_XDIST_WORKER" in os.environ
 _shared = ExitStack()
 _started: list = []
+_starting: list = []  # the controller's thread that starts the stack, joined before the session closes
 _suites: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
 
 
@@ -210,10 +211,15 @@ def pytest_xdist_node_collection_finished(node, ids):
         if shutil.which("prometheus"):
             import threading  # it waits for Prometheus to be ready: not in the controller's loop
 
-            threading.Thread(target=_start_collapse_stack, kwargs={"publish_to": shared}, daemon=True).start()
+            _starting.append(threading.Thread(target=_start_collapse_stack, kwargs={"publish_to": shared}, daemon=True))
+            _starting[-1].start()
         else:
             _publish(shared / "stack.error", "prometheus is not installed (make tools installs it)")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    _shared.close()
+    try:
+        for thread in _starting:  # a run that ends early (-x, ^C) would leave a half-started stack running
+            thread.join(timeout=120)
+    finally:
+        _shared.close()
