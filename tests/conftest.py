@@ -177,6 +177,8 @@ def collapse_stack():
 
 
 def pytest_configure(config):
+    # pytest-xdist registers it; without the plugin (-p no:xdist) --strict-markers would refuse the files using it
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist runs on one worker (make test)")
     if not _WORKER and _SHARED_ENV not in os.environ:  # inherited by the xdist workers
         os.environ[_SHARED_ENV] = _shared.enter_context(tempfile.TemporaryDirectory(prefix="specdec-tests-"))
 
