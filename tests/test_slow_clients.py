@@ -150,8 +150,8 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     # Every attacker connection the cap closes comes straight back: the server accepts
     # and closes ~450 a second here, and a probe queues behind them in the kernel.
     assert p99 < 0.500
-    assert closed >= 300 and longest < HEADER_TIMEOUT + 2
-    assert oldest < HEADER_TIMEOUT + 2
+    assert closed >= 300 and longest < HEADER_TIMEOUT + 1
+    assert oldest < HEADER_TIMEOUT + 1
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
 
 
@@ -186,7 +186,8 @@ def test_idle_keep_alive_connections_are_closed():
         waited = [_wait_closed(s, 10) for s in (idle, half)]
     finally:
         serve.stop()
-    assert all(w is not None and w < 5 for w in waited), waited
+    # closed at their timeouts (idle 1 s, header 1.5 s): a doubled timeout fails this
+    assert all(w is not None and w < HEADER_TIMEOUT + 1 for w in waited), waited
 
 
 # as if the cap were set above the real descriptor limit
@@ -211,7 +212,8 @@ def test_running_out_of_descriptors_logs_at_a_bounded_rate_and_recovers():
     lines = logs.splitlines()
     accept_lines = [line for line in lines if "accept" in line]
     print(f"\ndescriptors exhausted for {ATTACK_SECONDS} s: {len(lines)} log lines, {len(accept_lines)} about accept()")
-    assert 1 <= len(accept_lines) <= 3 and len(lines) < 30, lines[:20]
+    # at most one line per 1.5 s of attack: catches a log interval well under the real 10 s
+    assert 1 <= len(accept_lines) <= 2 and len(lines) < 30, lines[:20]
     assert recovered
 
 
@@ -234,7 +236,8 @@ def test_half_open_connections_are_closed_at_the_header_timeout():
     finally:
         serve.stop()
     # not before: each sent a header line every 0.5 s meanwhile, which must not reset the timeout
-    assert lifetimes[0] > HEADER_TIMEOUT - 0.5 and lifetimes[-1] < HEADER_TIMEOUT + 2
+    # ... and not much after: a doubled timeout fails this
+    assert lifetimes[0] > HEADER_TIMEOUT - 0.5 and lifetimes[-1] < HEADER_TIMEOUT + 1, (lifetimes[0], lifetimes[-1])
 
 
 
@@ -252,4 +255,4 @@ def test_tls_connections_that_never_finish_the_handshake_are_closed(tmp_path):
         waited = [_wait_closed(s, HEADER_TIMEOUT + 5) for s in conns]
     finally:
         serve.stop()
-    assert all(w is not None and w < HEADER_TIMEOUT + 2 for w in waited), waited
+    assert all(w is not None and w < HEADER_TIMEOUT + 1 for w in waited), waited
