@@ -148,3 +148,17 @@ def test_json_form_has_nulls_and_integers():
     j = derive(Counters(0.0, 0.0, 0.0, (0.0,))).to_json()
     assert j["mean_acceptance_length"] is None and j["num_drafts"] == 0 and isinstance(j["num_drafts"], int)
     assert not any(isinstance(v, float) and math.isnan(v) for v in j.values())
+
+
+def test_only_generation_or_histogram_going_down_is_not_a_restart():
+    """Issue 19 item 1: a restart is told by the spec-decode counters alone; a side series
+    that went down (a cut scrape, a glitch) is undefined over the interval, never a reason
+    to count the engine's whole lifetime."""
+    from vllm_specdec_exporter.model import RequestHistogram
+
+    before = Counters(1000, 2000, 1500, (900, 600), 5000, RequestHistogram((0.5,), (40,), 100))
+    after = Counters(1100, 2200, 1650, (990, 660), 4000, RequestHistogram((0.5,), (30,), 110))
+    d, restarted = delta(before, after)
+    assert not restarted
+    assert (d.drafts, d.accepted, d.per_position) == (100, 150, (90, 60))
+    assert d.generation_tokens is None and d.request_acceptance is None

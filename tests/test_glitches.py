@@ -494,3 +494,82 @@ def test_invariant_violations_of_a_window_are_in_the_model_view():
             assert any("accepted=" in w and "exceeds draft_tokens" in w for w in warnings), warnings
             assert view.invariant_violations > 0
     asyncio.run(go())
+
+
+# --- issue 19 item 1: trouble in the histogram or generation tokens is theirs alone ---
+
+HIST = "vllm:request_spec_decode_acceptance_rate"
+EDGES = ("0.05", "0.5", "0.98")
+HEALTHY_UNTIL = 1000.0 + 7200  # two watched hours at AL 2.6, then a live collapse
+
+
+def watched(t: float, glitch: str = "") -> bytes:
+    """Engine 0: healthy (per position 0.9, 0.7) for two watched hours, then AL 1.03; with
+    vLLM's per-request histogram (one finished request per 10 drafts) and generation tokens
+    after the counters, as vLLM writes them. ``glitch`` breaks one of those for this poll."""
+    healthy = min(t, HEALTHY_UNTIL) - 1000.0
+    collapsed = max(t - HEALTHY_UNTIL, 0.0)
+    drafts = LIFE + RATE * (healthy + collapsed)
+    p0 = LIFE * 0.9 + RATE * (0.9 * healthy + (COLLAPSED_AL - 1) * collapsed)
+    p1 = LIFE * 0.7 + RATE * 0.7 * healthy
+    lines = engine_lines(drafts, 0, positions=(p0, p1))
+    before, since = (LIFE + RATE * healthy) / 10, RATE * collapsed / 10  # finished requests
+    requests = before + since  # every request since the collapse accepts below 0.05
+    low, mid = before * 0.1 + since, before * 0.2 + since
+    buckets = dict(zip(EDGES, (low, mid, before * 0.5 + since), strict=True))
+    lab = 'engine="0",model_name="m"'
+    if glitch == "nan_bucket":
+        buckets["0.5"] = math.nan
+    if glitch == "bucket_dips":
+        buckets["0.05"] = 1.0
+    if glitch == "other_edges":
+        buckets = {"0.1": low, "0.9": mid}
+    hist = [f'{HIST}_bucket{{{lab},le="{e}"}} {v}' for e, v in buckets.items()]
+    hist += [f'{HIST}_bucket{{{lab},le="+Inf"}} {requests}', f"{HIST}_count{{{lab}}} {requests}"]
+    generation = [f"vllm:generation_tokens_total{{{lab}}} {3 * drafts:.0f}"]
+    if glitch == "histogram_missing":  # a scrape cut after the counters: vLLM writes the histogram after them
+        hist = []
+    if glitch == "generation_missing":
+        generation = []
+    if glitch == "generation_dips":
+        generation = [f"vllm:generation_tokens_total{{{lab}}} 5"]
+    return payload(lines + generation + hist)
+
+
+@pytest.mark.parametrize("glitch", ["histogram_missing", "other_edges", "nan_bucket", "bucket_dips",
+                                    "generation_missing", "generation_dips"])
+def test_a_glitch_in_the_histogram_or_generation_never_paints_a_collapse_healthy(glitch):
+    """Before the fix, one poll without the histogram dropped its running total, the next
+    restarted it from zero, and every window read that as an engine restart: the whole
+    watched history (two healthy hours) came back into every window, AL 1.03 -> ~2.5."""
+    async def go():
+        clock = FakeClock()
+        state = {"glitch": ""}
+
+        async def handle(request):
+            body, state["glitch"] = watched(clock.t, state["glitch"]), ""
+            return web.Response(body=body, content_type="text/plain")
+
+        async with exporter(handle, clock=clock) as (app, url, session, clock):
+            await app[POLLERS][0].poll_once()
+            await poll_for(app, clock, HEALTHY_UNTIL - 1000.0 + 3600, step=30)  # 2 h healthy, 1 h collapsed
+            m = await scrape(session, url)
+            assert health(m) == "collapsed"
+            requests_1h = one(m, f"{P}_window_requests", window="1h")
+            assert requests_1h == pytest.approx(RATE * 3600 / 10, rel=0.02)
+            state["glitch"] = glitch
+            for _ in range(4):  # the glitch, then the polls after it
+                await poll_for(app, clock, 30, step=30)
+                m = await scrape(session, url)
+                for w in WINDOWS:
+                    al = one(m, f"{P}_mean_acceptance_length", window=w)
+                    assert al == pytest.approx(COLLAPSED_AL, abs=0.01), (glitch, w, al)
+                assert health(m) == "collapsed"
+                assert one(m, f"{P}_exporter_engine_restarts_total") == 0
+                # the histogram's window never holds more than the window's requests
+                assert one(m, f"{P}_window_requests", window="1h") <= requests_1h * 1.02
+            # the histogram keeps counting through the glitch: nothing lost
+            assert one(m, f"{P}_window_requests", window="1h") == pytest.approx(requests_1h, rel=0.02)
+            assert one(m, f"{P}_request_acceptance_below_ratio", window="1h", edge="0.05") == pytest.approx(1.0, abs=0.02)
+            assert one(m, f"{P}_exporter_inconsistent_polls_total") >= 1  # counted, and logged once
+    asyncio.run(go())

@@ -41,13 +41,12 @@ def align_k(before: Counters, after: Counters) -> Counters:
 
 
 def _restarted(before: Counters, after: Counters) -> bool:
+    """By the spec-decode counters alone: generation tokens or the histogram going down
+    (a cut scrape, other buckets) leave that series undefined, never restart the engine."""
     if before.k != after.k:  # k only changes across a restart
         return True
     pairs = [(before.drafts, after.drafts), (before.draft_tokens, after.draft_tokens), (before.accepted, after.accepted)]
     pairs += list(zip(before.per_position, after.per_position, strict=True))
-    if before.generation_tokens is not None and after.generation_tokens is not None:
-        pairs.append((before.generation_tokens, after.generation_tokens))
-    pairs += histogram_pairs(before.request_acceptance, after.request_acceptance)
     return any(a < b for b, a in pairs)
 
 
@@ -59,8 +58,10 @@ def histogram_pairs(before: RequestHistogram | None, after: RequestHistogram | N
 
 
 def _histogram_delta(before: RequestHistogram | None, after: RequestHistogram | None) -> RequestHistogram | None:
-    # Not comparable (absent on one side, or the buckets changed): no figure, never a guess.
-    if not histogram_pairs(before, after):
+    # Not comparable (absent on one side, the buckets changed, or a series went down
+    # while the counters did not): no figure, never a guess.
+    pairs = histogram_pairs(before, after)
+    if not pairs or any(a < b for b, a in pairs):
         return None
     assert before is not None and after is not None
     return RequestHistogram(after.edges, tuple(a - b for b, a in zip(before.cumulative, after.cumulative, strict=True)),
@@ -91,7 +92,8 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
     if before is None or _restarted(before, after):
         return after, before is not None
     generation = None
-    if before.generation_tokens is not None and after.generation_tokens is not None:
+    if before.generation_tokens is not None and after.generation_tokens is not None \
+            and after.generation_tokens >= before.generation_tokens:
         generation = after.generation_tokens - before.generation_tokens
     return (
         Counters(

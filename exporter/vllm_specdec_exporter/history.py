@@ -26,16 +26,22 @@ What one poll of an engine means, compared with the engine's last consistent pol
   in a row becomes the new base (re-based: the data between is not counted).
 
 An engine's first value is never an increment (as in Prometheus's increase()).
+
+Generation tokens and the per-request histogram are read beside the counters, each
+with its own base (``_Side``): a poll where one of them is missing, has other
+buckets or went down (vLLM writes the histogram last, so a cut scrape loses it
+first) skips that series alone, and never touches the counters or their restarts.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import config
-from .derive import align_k, delta, histogram_pairs, sum_counters
+from .derive import align_k, delta, sum_counters
 from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
@@ -81,11 +87,8 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
         return RESTART
     if now.k != base.k:
         return "k changed without a restart (positions cut off or added)"
-    pairs = list(zip(_series(base), _series(now), strict=True))
-    if base.generation_tokens is not None and now.generation_tokens is not None:
-        pairs.append((base.generation_tokens, now.generation_tokens))
-    pairs += histogram_pairs(base.request_acceptance, now.request_acceptance)
-    if any(a < b for b, a in pairs):
+    # Generation tokens and the histogram are not compared here: each has its own _Side.
+    if any(a < b for b, a in zip(_series(base), _series(now), strict=True)):
         return "only some counters went down"
     if now.drafts - base.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
         return "drafts grew faster than any engine can (another server's values?)"
@@ -93,13 +96,87 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
 
 
 @dataclass(slots=True)
+class _Side:
+    """A series read beside the counters, with its own base and running total: the
+    generation tokens (shape ``()``) or the per-request histogram (shape: its edges).
+
+    Its trouble stays its own: a poll where it is missing, has other buckets or went
+    down is skipped for it alone (the next good poll counts from the base, and two odd
+    polls in a row re-base it); the counters' confirmed restart is the only restart."""
+
+    shape: tuple[float, ...] | None = None  # None: never seen
+    base: tuple[float, ...] = ()
+    total: tuple[float, ...] = ()
+    pending: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    absent: bool = False
+    restarted: bool = False  # the counters restarted since this series was last counted
+
+    def step(self, shape: tuple[float, ...], values: tuple[float, ...] | None, restarted: bool,
+             restarting: bool) -> str | None:
+        """Fold one poll in; why it was not counted, when it was not and that is news."""
+        self.restarted |= restarted
+        if values is None:
+            was_absent, self.absent = self.absent, True
+            return None if was_absent or self.shape is None else "missing"
+        self.absent = False
+        if not all(map(math.isfinite, values)):  # adapters refuse these; never summed if one slips through
+            return "not a finite value"
+        if self.shape is None or self.restarted:
+            # First seen (not an increment, as in increase()), or everything since the restart.
+            self._rebase(shape, values, count=self.restarted)
+            return None
+        if shape == self.shape and all(a >= b for b, a in zip(self.base, values, strict=True)):
+            self.total = tuple(t + a - b for t, b, a in zip(self.total, self.base, values, strict=True))
+            self.base, self.pending = values, None
+            return None
+        odd = "other buckets" if shape != self.shape else "went down without a restart"
+        if self.pending is not None and self.pending[0] == shape and all(
+                a >= b for b, a in zip(self.pending[1], values, strict=True)):
+            self._rebase(shape, values, count=self.restarted)  # two in a row: the new base, nothing added
+            return f"{odd} twice in a row; counted from here"
+        self.pending = (shape, values)
+        return None if restarting else odd  # a restart's first poll: the counters tell it
+
+    def _rebase(self, shape: tuple[float, ...], values: tuple[float, ...], count: bool) -> None:
+        if shape != self.shape or len(self.total) != len(values):
+            self.total = (0.0,) * len(values)
+        if count:
+            self.total = tuple(t + v for t, v in zip(self.total, values, strict=True))
+        self.shape, self.base, self.pending, self.restarted = shape, values, None, False
+
+    def reset_total(self) -> None:
+        """The counters' running total started again (k changed): so does this one."""
+        self.total = (0.0,) * len(self.total)
+
+
+def _generation(c: Counters) -> tuple[tuple[float, ...], tuple[float, ...] | None]:
+    return (), None if c.generation_tokens is None else (c.generation_tokens,)
+
+
+def _histogram(c: Counters) -> tuple[tuple[float, ...], tuple[float, ...] | None]:
+    h = c.request_acceptance
+    return ((), None) if h is None else (h.edges, (*h.cumulative, h.count))
+
+
+@dataclass(slots=True)
 class _Engine:
     base: Counters  # the last consistent values
     base_t: float
-    total: Counters  # running total since we first saw it; never goes down
+    total: Counters  # running total since we first saw it; never goes down (sides excluded)
     seen: float
     pending: Counters | None = None  # a restart or inconsistent poll waiting for the next one
     pending_kind: str = ""
+    generation: _Side = field(default_factory=_Side)
+    histogram: _Side = field(default_factory=_Side)
+
+    def totals(self) -> Counters:
+        """The running total with its sides."""
+        gen, hist = self.generation, self.histogram
+        request_acceptance = None
+        if hist.shape is not None:
+            request_acceptance = RequestHistogram(hist.shape, hist.total[:-1], hist.total[-1])
+        return replace(self.total, generation_tokens=gen.total[0] if gen.shape is not None else None,
+                       request_acceptance=request_acceptance)
 
 
 class TargetHistory:
@@ -131,7 +208,9 @@ class TargetHistory:
         for key in forget:
             self._engines.pop(key, None)
         increments: dict[SeriesKey, Counters] = {}
-        restarted, appeared, inconsistent = [], [], []
+        restarted: list[SeriesKey] = []
+        appeared: list[SeriesKey] = []
+        inconsistent: list[tuple[SeriesKey, str]] = []
         for key, now in raw.items():
             e = self._engines.get(key)
             if e is None:
@@ -140,7 +219,8 @@ class TargetHistory:
                 # here. As in Prometheus's increase(), a new series' first value is not
                 # an increment: counting it could add an engine's whole lifetime to a
                 # window, while skipping it loses at most one poll interval.
-                self._engines[key] = _Engine(now, t, _zero(now.k, now.generation_tokens is not None, now.request_acceptance), t)
+                e = self._engines[key] = _Engine(now, t, _zero(now.k), t)
+                self._step_sides(e, key, now, False, False, inconsistent)
                 if not first_poll:
                     appeared.append(key)
                 continue
@@ -148,6 +228,7 @@ class TargetHistory:
             verdict = classify(e.base, now, t - e.base_t)
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
+            confirmed = False
             if verdict == CONSISTENT:
                 if pending is not None and kind == RESTART:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
@@ -155,6 +236,7 @@ class TargetHistory:
                 e.base, e.base_t = now, t
             elif pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT:
                 # The restart is confirmed: everything counted since it is new.
+                confirmed = True
                 restarted.append(key)
                 self._add(e, key, now, increments)
                 e.base, e.base_t = now, t
@@ -162,16 +244,17 @@ class TargetHistory:
                 # Two odd polls in a row: this one is the new base, nothing is added.
                 inconsistent.append((key, verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
-                    e.total = _zero(now.k, now.generation_tokens is not None, now.request_acceptance)
+                    self._new_total(e, now.k)
                 e.base, e.base_t = now, t
             else:
                 e.pending, e.pending_kind = now, verdict
                 if verdict != RESTART:
                     inconsistent.append((key, verdict))
+            self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, inconsistent)
         for key in [k for k, e in self._engines.items() if t - e.seen > self._forget_after]:
             del self._engines[key]
 
-        sample = HistorySample(t, {k: e.total for k, e in self._engines.items()})
+        sample = HistorySample(t, {k: e.totals() for k, e in self._engines.items()})
         self.latest = sample
         for label, seconds in self._windows:
             ring = self._rings[label]
@@ -184,16 +267,29 @@ class TargetHistory:
 
     @staticmethod
     def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict[SeriesKey, Counters]) -> None:
-
         increments[key] = inc
         # k only changes across a restart (or from a lazy producer's empty k=0); a
         # new running total makes the window difference treat it as one
         # (derive.delta compares k).
         total = align_k(e.total, inc)
-        if inc.request_acceptance is not None and not histogram_pairs(total.request_acceptance, inc.request_acceptance):
-            # The histogram appeared (or its buckets changed): its running total starts here.
-            total = replace(total, request_acceptance=_zero(0, False, inc.request_acceptance).request_acceptance)
-        e.total = inc if total.k != inc.k else sum_counters([total, inc])
+        if total.k != inc.k:
+            TargetHistory._new_total(e, inc.k)
+            total = e.total
+        e.total = sum_counters([total, replace(inc, generation_tokens=None, request_acceptance=None)])
+
+    @staticmethod
+    def _new_total(e: _Engine, k: int) -> None:
+        e.total = _zero(k)
+        e.generation.reset_total()
+        e.histogram.reset_total()
+
+    @staticmethod
+    def _step_sides(e: _Engine, key: SeriesKey, now: Counters, restarted: bool, restarting: bool,
+                    inconsistent: list[tuple[SeriesKey, str]]) -> None:
+        for name, side, read in (("generation tokens", e.generation, _generation),
+                                 (config.VLLM_V1_REQUEST_ACCEPTANCE + " histogram", e.histogram, _histogram)):
+            if (why := side.step(*read(now), restarted, restarting)) is not None:
+                inconsistent.append((key, f"{name}: {why} (this series alone; the counters are unaffected)"))
 
     def window(self, label: str) -> WindowDelta | None:
         """Counters accrued over the window (or since the first poll, if shorter)."""
@@ -240,6 +336,5 @@ def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], ca
     return kept, refused, forget
 
 
-def _zero(k: int, with_generation: bool, histogram: RequestHistogram | None = None) -> Counters:
-    zero = None if histogram is None else RequestHistogram(histogram.edges, (0.0,) * len(histogram.edges), 0.0)
-    return Counters(0.0, 0.0, 0.0, (0.0,) * k, 0.0 if with_generation else None, zero)
+def _zero(k: int) -> Counters:
+    return Counters(0.0, 0.0, 0.0, (0.0,) * k)
