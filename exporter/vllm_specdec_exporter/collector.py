@@ -180,6 +180,7 @@ class SpecDecodeCollector(Collector):
         forgotten = _counter("exporter_series_forgotten")
         inconsistent = _counter("exporter_inconsistent_polls")
         restarts = _counter("exporter_poll_task_restarts")
+        suppressed = _counter("exporter_warnings_suppressed")
         target_info = _gauge("target_info")
         for v in views:
             up.add_metric([v.name], 1.0 if v.up else 0.0)
@@ -197,13 +198,14 @@ class SpecDecodeCollector(Collector):
             forgotten.add_metric([v.name], v.series_forgotten)
             inconsistent.add_metric([v.name], v.inconsistent_polls)
             restarts.add_metric([v.name], v.poll_task_restarts)
+            suppressed.add_metric([v.name], v.warnings_suppressed)
             if v.producer:
                 target_info.add_metric([v.name, v.producer, ",".join(v.approximate)], 1.0)
         info = _gauge("exporter_build_info")
         info.add_metric([__version__, revision(), platform.python_version()], 1.0)
         yield target_info
         yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,
-                    restarts, info)
+                    restarts, suppressed, info)
 
 
 @functools.cache

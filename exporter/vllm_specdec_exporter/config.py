@@ -119,6 +119,12 @@ MIN_POLL_INTERVAL_SECONDS = 0.1
 # 100 verification steps/s. A poll whose drafts grew faster, or that "restarted" to
 # more than this many per second since the last poll, is inconsistent (history.py).
 MAX_DRAFTS_PER_SECOND = 100_000
+# Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut
+# to this many characters, and a target remembers (to log each once) at most
+# WARNINGS_REMEMBERED of them, as 16-byte digests: ~100 KB whatever the labels. Once that
+# many were logged, new ones are counted (..._exporter_warnings_suppressed_total), not logged.
+MAX_WARNING_CHARS = 1000
+WARNINGS_REMEMBERED = 1000
 # Payloads above this are parsed in a worker process, so /healthz and /metrics keep
 # answering while a 32 MiB payload is read (a few seconds of Python).
 PARSE_IN_WORKER_BYTES = 256 * 1024

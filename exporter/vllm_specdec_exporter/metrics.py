@@ -103,6 +103,8 @@ FAMILIES: dict[str, Family] = {f.short: f for f in (
            'Held model/engine series forgotten to make room for new ones (max_series_per_target).'),
     Family("exporter_inconsistent_polls", "counter", (T,),
            'Engine polls neither consistent nor a restart (a glitch): nothing added to any window.'),
+    Family("exporter_warnings_suppressed", "counter", (T,),
+           f'New upstream warnings not logged: the target already had {config.WARNINGS_REMEMBERED:,} distinct ones logged.'),
     Family("exporter_poll_task_restarts", "counter", (T,),
            "Times a target's poll loop failed and was restarted."),
     Family("exporter_build_info", "gauge", ('version', 'revision', 'python_version'),

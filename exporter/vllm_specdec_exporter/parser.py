@@ -202,7 +202,8 @@ def _check_payload(data: bytes, max_bytes: int) -> None:
 
 def _record(exp: Exposition, data: bytes, pos: int, message: str) -> None:
     if len(exp.issues) < _MAX_ISSUES_KEPT:
-        exp.issues.append(LineIssue(data.count(b"\n", 0, pos) + 1, message))
+        # Cut: a message quotes the line's labels, which the payload chooses.
+        exp.issues.append(LineIssue(data.count(b"\n", 0, pos) + 1, message[: 2 * config.MAX_WARNING_CHARS]))
 
 
 _SeriesId = tuple[str, frozenset[tuple[str, str]]]  # metric name and label set: one series

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import multiprocessing
 import random
 import time
@@ -28,6 +29,7 @@ from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Hint, Verdict, judge, match_profile
 from .history import Observation, TargetHistory, admit
+from .metrics import sample
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import NotPrometheusText, PayloadTooLarge
 from .settings import Settings, Target
@@ -86,6 +88,7 @@ class TargetView:
     last_poll_series_refused: int = 0
     series_forgotten: int = 0  # held engines dropped to make room (max_series_per_target)
     inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
+    warnings_suppressed: int = 0  # new upstream warnings not logged: WARNINGS_REMEMBERED were
     poll_task_restarts: int = 0
     raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
     # Spec decode off: only vLLM's generation-token counters, so generating without
@@ -159,7 +162,8 @@ class TargetPoller:
         self.failures = 0
         self._polls = {r: 0 for r in POLL_RESULTS}
         self._buckets = [0] * len(POLL_DURATION_BUCKETS)
-        self._seen_warnings: set[str] = set()
+        self._seen_warnings: set[bytes] = set()  # digests of the warnings logged (_warn_once)
+        self._warnings_suppressed = 0
         self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
         # What changed per model (restarts, k), with when: a fall that coincides is a hint.
@@ -331,6 +335,7 @@ class TargetPoller:
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
             inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent),
+            warnings_suppressed=self._warnings_suppressed,
             last_poll_parse_errors=snapshot.malformed_lines + snapshot.duplicate_series,
             last_poll_series_refused=read.refused,
             series_forgotten=view.series_forgotten + len(read.forget),
@@ -339,11 +344,23 @@ class TargetPoller:
         )
 
     def _warn_once(self, message: str) -> None:
-        # Upstream problems are logged when first seen, not on every poll.
-        message = scrub(message, self._secrets)
-        if message not in self._seen_warnings and len(self._seen_warnings) < 1000:
-            self._seen_warnings.add(message)
-            log.warning("target_warning", target=self.target.name, warning=message[:1000])
+        # Upstream problems are logged when first seen, not on every poll. What is
+        # remembered is a digest of the cut message: labels that change on every poll
+        # (warnings quote them) cannot grow memory (config.WARNINGS_REMEMBERED).
+        cut = config.MAX_WARNING_CHARS
+        message = scrub(message[:2 * cut], self._secrets)[:cut]  # scrubbed before the cut: no half secret
+        digest = hashlib.blake2b(message.encode(), digest_size=16).digest()
+        if digest in self._seen_warnings:
+            return
+        if len(self._seen_warnings) >= config.WARNINGS_REMEMBERED:
+            if not self._warnings_suppressed:
+                log.warning("target_warnings_suppressed", target=self.target.name,
+                            note=f"{config.WARNINGS_REMEMBERED} distinct warnings logged; new ones are only counted "
+                                 f"({sample('exporter_warnings_suppressed')})")
+            self._warnings_suppressed += 1
+            return
+        self._seen_warnings.add(digest)
+        log.warning("target_warning", target=self.target.name, warning=message)
 
     def next_delay(self) -> float:
         """The poll interval, or exponential backoff with jitter while the target fails."""
@@ -407,7 +424,9 @@ def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mappin
     except Exception as e:
         return _WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
     kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
-    small = replace(snapshot, engines={}, warnings=snapshot.warnings[:200])
+    # What crosses back is small: warnings quote labels, so each is cut (twice the logged length: scrubbed then cut).
+    cut = 2 * config.MAX_WARNING_CHARS
+    small = replace(snapshot, engines={}, warnings=tuple(w[:cut] for w in snapshot.warnings[:200]))
     return _Read(small, kept, refused, forget)
 
 
