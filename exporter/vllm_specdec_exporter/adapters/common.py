@@ -1,5 +1,6 @@
-"""What several adapters share: engine identity from labels, and renaming a
-producer's families onto vLLM V1's so the V1 adapter reads them unchanged."""
+"""What several adapters share: the bounds every sample read must meet, engine
+identity from labels, and renaming a producer's families onto vLLM V1's so the V1
+adapter reads them unchanged."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 from .. import config
 from ..model import Counters, SeriesKey, Snapshot
-from ..parser import Exposition, ParseError, Sample
+from ..parser import Exposition, ParseError, Sample, format_series
 
 # Wrappers add labels that tell their replicas/workers apart: each distinct value is
 # its own engine, never merged with another (Ray Serve: ReplicaId, or WorkerId before
@@ -19,6 +20,29 @@ DYNAMO_IDENTITY = ("worker_id",)
 # Dynamo passes engine metrics through and adds these; any of them on a spec-decode
 # sample means "served through Dynamo".
 DYNAMO_LABELS = ("worker_id", "dynamo_namespace", "dynamo_component", "dynamo_endpoint")
+
+
+def short(sample: Sample) -> str:
+    """The series as on the wire, cut so that a hostile label cannot flood the log."""
+    text = format_series(sample.name, sample.labels)
+    return text if len(text) <= 300 else text[:300] + "...}"
+
+
+def bounded(sample: Sample, key: SeriesKey, warnings: list[str], impossible: list[str] | None = None) -> bool:
+    """The one check every adapter makes on each counter sample it reads, whatever
+    the producer: a value no counter can hold (negative, non-finite, or above
+    MAX_COUNTER_VALUE, where a float stops counting by one and sums over engines can
+    overflow) is refused and, with ``impossible``, counted as an invariant violation;
+    a model/engine label value (``key``) over MAX_LABEL_VALUE_LENGTH is refused."""
+    if not (math.isfinite(sample.value) and 0 <= sample.value <= config.MAX_COUNTER_VALUE):
+        warnings.append(f"{short(sample)} is {sample.value:g}, not a counter value; ignored")
+        if impossible is not None:
+            impossible.append(warnings[-1])
+        return False
+    if max(len(key[0]), len(key[1])) > config.MAX_LABEL_VALUE_LENGTH:
+        warnings.append(f"{short(sample)} has a label value over {config.MAX_LABEL_VALUE_LENGTH} characters; ignored")
+        return False
+    return True
 
 
 def engine_id(labels: Mapping[str, str], identity: Iterable[str] = (), engine: str | None = config.LABEL_ENGINE) -> str:
@@ -50,15 +74,6 @@ def relabel(exp: Exposition, renames: Mapping[str, str], identity: Iterable[str]
             out.samples[dst] = [Sample(dst, {**s.labels, config.LABEL_ENGINE: engine_id(s.labels, identity)}, s.value)
                                 for s in samples]
     return out
-
-
-def finite(c: Counters, series: str, warnings: list[str]) -> bool:
-    """Sums of huge counter values can overflow to +Inf: such an engine gives no figure."""
-    values = (c.drafts, c.draft_tokens, c.accepted, *c.per_position, c.generation_tokens or 0.0)
-    if all(math.isfinite(v) for v in values):
-        return True
-    warnings.append(f"{series}: counters too large to add up; engine left out")
-    return False
 
 
 def rename_back(messages: Iterable[str], renames: Mapping[str, str]) -> tuple[str, ...]:
@@ -152,6 +167,9 @@ class LabelledAdapter:
     def _key(self, s: Sample) -> SeriesKey:
         # No engine label: these producers count per server (or per worker, by identity).
         return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
+
+    def _bounded(self, s: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
+        return bounded(s, self._key(s), warnings, impossible)
 
     def detect(self, exp: Exposition) -> bool:
         return present(exp, self.spec_families) and (

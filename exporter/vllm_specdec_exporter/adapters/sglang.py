@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition
-from .common import LabelledAdapter, UnsupportedProducer, finite
-from .trtllm import valid_counter
+from .common import LabelledAdapter, UnsupportedProducer
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GENERATION = "sglang:generation_tokens_total"
@@ -40,10 +39,11 @@ class SglangAdapter(LabelledAdapter):
     families = (VERIFY_CALLS, ACCEPT_LENGTH, NUM_DRAFT_TOKENS, GENERATION)
     approximate = ("mean_acceptance_length", "acceptance_rate")
 
-    def _sums(self, name: str, exp: Exposition, warnings: list[str]) -> dict[SeriesKey, float]:
+    def _sums(self, name: str, exp: Exposition, warnings: list[str],
+              impossible: list[str] | None = None) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in exp.samples.get(name, ()):
-            if valid_counter(s, warnings):
+            if self._bounded(s, warnings, impossible):
                 out[self._key(s)] = out.get(self._key(s), 0.0) + s.value
         return out
 
@@ -57,8 +57,9 @@ class SglangAdapter(LabelledAdapter):
             raise UnsupportedProducer(self.name, f"SGLang without {VERIFY_CALLS} (before 0.5.15): only interval "
                                       "gauges, from which no window can be derived; run SGLang >= 0.5.15")
         warnings: list[str] = []
-        verify = self._sums(VERIFY_CALLS, exp, warnings)
-        generation = self._sums(GENERATION, exp, warnings)
+        impossible: list[str] = []  # values no counter can hold: invariant violations
+        verify = self._sums(VERIFY_CALLS, exp, warnings, impossible)
+        generation = self._sums(GENERATION, exp, warnings, impossible)
         widths: dict[SeriesKey, set[float]] = {}
         for s in exp.samples.get(NUM_DRAFT_TOKENS, ()):  # one per scheduler rank: they must agree
             widths.setdefault(self._key(s), set()).add(s.value)
@@ -78,13 +79,12 @@ class SglangAdapter(LabelledAdapter):
                 continue
             c = Counters(drafts=verify[key], draft_tokens=verify[key] * (next(iter(width)) - 1),
                          accepted=gen - verify[key], per_position=(), generation_tokens=gen)
-            if finite(c, series_name(key), warnings):
-                engines[key] = c
+            engines[key] = c
         if not engines and not warnings:
             return None  # nothing but zeros: spec decode off, as for vLLM's absent families
         return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
                         malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series,
-                        approximate=self.approximate)
+                        approximate=self.approximate, impossible_values=len(impossible))
 
 
 ADAPTER = SglangAdapter()

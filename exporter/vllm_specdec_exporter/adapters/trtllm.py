@@ -20,12 +20,11 @@ out with a warning. The ``acceptance_length`` gauge (last iteration only) is not
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from ..model import Counters, SeriesKey, Snapshot, series_name
-from ..parser import Exposition, Sample, format_series
-from .common import LabelledAdapter, finite
+from ..parser import Exposition, Sample
+from .common import LabelledAdapter, short
 
 DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
 ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
@@ -35,43 +34,38 @@ GENERATION = "trtllm_generation_tokens_total"  # per finished request, like the 
 LABEL_POSITION = "token_position"
 
 
-def valid_counter(s: Sample, warnings: list[str]) -> bool:
-    if math.isfinite(s.value) and s.value >= 0:
-        return True
-    warnings.append(f"{format_series(s.name, s.labels)} is {s.value}, not a counter value; ignored")
-    return False
-
-
 class TrtllmAdapter(LabelledAdapter):
     default_name = "trtllm"
     spec_families = (DRAFTED, ACCEPTED, ITER_DRAFT_TOKENS, ITER_ACCEPTED)
     families = (*spec_families, GENERATION)
     approximate: tuple[str, ...] = ()
 
-    def _per_key(self, samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, float]:
+    def _per_key(self, samples: Iterable[Sample], warnings: list[str],
+                 impossible: list[str] | None = None) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in samples:
-            if not valid_counter(s, warnings):
+            if not self._bounded(s, warnings, impossible):
                 continue
             key = self._key(s)
             if key in out:
-                warnings.append(f"{format_series(s.name, s.labels)} repeats ({series_name(key)}); first value kept")
+                warnings.append(f"{short(s)} repeats ({series_name(key)}); first value kept")
                 continue
             out[key] = s.value
         return out
 
-    def _positions(self, samples: Iterable[Sample], warnings: list[str]) -> dict[SeriesKey, dict[int, float]]:
+    def _positions(self, samples: Iterable[Sample], warnings: list[str],
+                   impossible: list[str]) -> dict[SeriesKey, dict[int, float]]:
         out: dict[SeriesKey, dict[int, float]] = {}
         for s in samples:
             raw = s.labels.get(LABEL_POSITION, "")
             if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
-                warnings.append(f"{format_series(s.name, s.labels)} has no small integer {LABEL_POSITION}; ignored")
+                warnings.append(f"{short(s)} has no small integer {LABEL_POSITION}; ignored")
                 continue
-            if not valid_counter(s, warnings):
+            if not self._bounded(s, warnings, impossible):
                 continue
             per = out.setdefault(self._key(s), {})
             if int(raw) in per:
-                warnings.append(f"{format_series(s.name, s.labels)} repeats a position; first value kept")
+                warnings.append(f"{short(s)} repeats a position; first value kept")
                 continue
             per[int(raw)] = s.value
         return out
@@ -83,10 +77,12 @@ class TrtllmAdapter(LabelledAdapter):
         if not self.detect(exp):
             return None
         warnings: list[str] = []
-        drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings)
-        accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings)
-        generation = self._per_key(exp.samples.get(GENERATION, ()), warnings)
-        iteration = {self._key(s) for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())}
+        impossible: list[str] = []  # values no counter can hold: invariant violations
+        drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings, impossible)
+        accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings, impossible)
+        generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
+        iteration = {self._key(s) for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())
+                     if self._bounded(s, warnings, impossible)}
         engines: dict[SeriesKey, Counters] = {}
         for key in sorted(iteration | set(drafted) | set(accepted)):
             d, a = drafted.get(key, {}), accepted.get(key, {})
@@ -102,10 +98,10 @@ class TrtllmAdapter(LabelledAdapter):
             per_position = tuple(a.get(i, 0.0) for i in range(k))
             c = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
                          per_position=per_position, generation_tokens=generation.get(key))
-            if finite(c, series_name(key), warnings):
-                engines[key] = c
+            engines[key] = c
         return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
-                        malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series)
+                        malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series,
+                        impossible_values=len(impossible))
 
 
 ADAPTER = TrtllmAdapter()

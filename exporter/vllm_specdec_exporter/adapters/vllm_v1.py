@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 from .. import config
 from ..model import Counters, RequestHistogram, SeriesKey, Snapshot, series_name
-from ..parser import Exposition, Sample, format_series
+from ..parser import Exposition, Sample
+from .common import bounded, short
 
 _TOTALS = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED)
 
@@ -17,24 +18,7 @@ def _key(sample: Sample) -> SeriesKey:
 
 
 def _valid(sample: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
-    # Above MAX_COUNTER_VALUE a float counter no longer counts by one, and sums over
-    # engines could overflow to +Inf: no figure is derived from such a value.
-    if math.isfinite(sample.value) and 0 <= sample.value <= config.MAX_COUNTER_VALUE:
-        key = _key(sample)
-        if max(len(key[0]), len(key[1])) <= config.MAX_LABEL_VALUE_LENGTH:
-            return True
-        warnings.append(f"{_short(sample)} has a label value over {config.MAX_LABEL_VALUE_LENGTH} characters; ignored")
-        return False
-    warnings.append(f"{_short(sample)} is {sample.value:g}, not a counter value; ignored")
-    if impossible is not None:
-        impossible.append(warnings[-1])
-    return False
-
-
-def _short(sample: Sample) -> str:
-    """The series as on the wire, cut so that a hostile label cannot flood the log."""
-    text = format_series(sample.name, sample.labels)
-    return text if len(text) <= 300 else text[:300] + "...}"
+    return bounded(sample, _key(sample), warnings, impossible)
 
 
 def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[str] | None = None,
@@ -45,7 +29,7 @@ def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[st
             continue
         key = _key(s)
         if key in out:  # same model/engine under extra labels: refuse to guess
-            warnings.append(f"{_short(s)} repeats ({series_name(key)}); first value kept")
+            warnings.append(f"{short(s)} repeats ({series_name(key)}); first value kept")
             continue
         out[key] = s.value
     return out
@@ -63,7 +47,7 @@ def _histograms(exp: Exposition, warnings: list[str]) -> dict[SeriesKey, Request
         try:
             edge = float(s.labels.get("le", ""))
         except ValueError:
-            warnings.append(f"{_short(s)} has no numeric le label; ignored")
+            warnings.append(f"{short(s)} has no numeric le label; ignored")
             continue
         if _valid(s, warnings) and not math.isnan(edge):
             buckets.setdefault(_key(s), {}).setdefault(edge, s.value)
@@ -102,16 +86,16 @@ class VllmV1Adapter:
             raw = s.labels.get(config.LABEL_POSITION, "")
             # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
             if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
-                warnings.append(f"{_short(s)} has no integer position label; ignored")
+                warnings.append(f"{short(s)} has no integer position label; ignored")
                 continue
             if int(raw) >= config.MAX_K:
-                warnings.append(f"{_short(s)}: position {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
+                warnings.append(f"{short(s)}: position {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
                 continue
             if not _valid(s, warnings, impossible):
                 continue
             per_key = positions.setdefault(_key(s), {})
             if int(raw) in per_key:
-                warnings.append(f"{_short(s)} repeats a position; first value kept")
+                warnings.append(f"{short(s)} repeats a position; first value kept")
                 continue
             per_key[int(raw)] = s.value
 
