@@ -173,6 +173,43 @@ def test_report_and_diff_of_hostile_labels_give_figures_not_a_traceback(tmp_path
                 assert b"\x1b[" not in proc.stdout  # control characters escaped in the terminal view
 
 
+HOSTILE_ENGINE = "\x1b]0;pwned\x07\x1b[2J\rX\x9b2J\u202e"  # retitle, clear, carriage return, C1 CSI, bidi override
+
+
+def collapsing_rank_dump(scale: int) -> bytes:
+    """Two healthy engines and one collapsed, named HOSTILE_ENGINE: the diagnosis line quotes it."""
+    lines = []
+    for engine, acc in (("0", 0.9), ("1", 0.9), (HOSTILE_ENGINE, 0.01)):
+        lab = f'engine="{engine}",model_name="m\x1b[31m"'
+        d = 1000 * scale
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} {d}",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {2 * d}",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1.6 * d)}",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * d)}',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 0.6 * d)}']
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_labels_with_escape_sequences_are_escaped_in_every_text_output(tmp_path):
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_bytes(collapsing_rank_dump(1))
+    after.write_bytes(collapsing_rank_dump(3))
+    for args in (("report", str(after)), ("diff", str(before), str(after))):
+        text = run_cli(*args)
+        assert text.returncode == 0, text.stderr
+        assert b"one rank" in text.stdout  # the diagnosis line names the engine ...
+        assert rb"engine \x1b]0;pwned\x07\x1b[2J\rX\x9b2J\u202e at AL" in text.stdout  # ... escaped
+        out = text.stdout.decode()
+        assert not any(c in out for c in "\x1b\x07\r\x9b\u202e"), out
+        data = json.loads(run_cli(*args, "--format", "json").stdout)  # JSON escapes them itself: kept as is
+        assert HOSTILE_ENGINE in data["models"]["m\x1b[31m"]["engines"]
+        assert any(HOSTILE_ENGINE in h["evidence"] for h in data["models"]["m\x1b[31m"]["diagnosis"])
+    # An error line quotes the input too: a file name the operator was handed.
+    done = run_cli("report", str(tmp_path / "x\x1b]0;pwned\x07\rz"))
+    assert done.returncode == 2 and done.stderr.count(b"\n") == 1
+    assert b"\x1b" not in done.stderr and b"\r" not in done.stderr and rb"x\x1b]0;pwned\x07\rz" in done.stderr
+
+
 def test_report_piped_into_head_ends_quietly(tmp_path):
     import subprocess
 

@@ -16,7 +16,7 @@ from .model import series_name
 from .derive import delta_engines
 from .model import Snapshot
 from .parser import ParseError
-from .render import render_text
+from .render import escape, render_text
 from .sources import SourceError, credentials, read_source, redact_url, scrub
 from .summary import summarize
 
@@ -105,10 +105,15 @@ def _load(source: str, args: argparse.Namespace) -> Snapshot:
         raise ParseError(scrub(f"{name}: {e}", credentials(source))) from None  # the payload may echo them
 
 
+def _shown(source: str) -> str:
+    """A source as the human output names it: no credentials, no control characters."""
+    return "stdin" if source == "-" else escape(redact_url(source))
+
+
 def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     snap = _load(args.source, args)
     summary = summarize(snap.engines, None, snap.warnings)
-    shown = "stdin" if args.source == "-" else redact_url(args.source)
+    shown = _shown(args.source)
     return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
 
 
@@ -126,17 +131,17 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             raise UsageError("diff --url URL needs --interval (e.g. --interval 60s) and no BEFORE/AFTER")
         before = _load(args.url, args)
         started = time.monotonic()
-        print(f"scraped {redact_url(args.url)}; scraping again in {args.interval:g} s ...", file=sys.stderr)
+        print(f"scraped {_shown(args.url)}; scraping again in {args.interval:g} s ...", file=sys.stderr)
         time.sleep(args.interval)
         after = _load(args.url, args)
         interval: float | None = time.monotonic() - started
-        shown = f"{redact_url(args.url)} over {interval:.1f} s"
+        shown = f"{_shown(args.url)} over {interval:.1f} s"
     else:
         if len(args.sources) != 2 or args.interval is not None:
             raise UsageError("diff needs BEFORE AFTER (two dumps or URLs), or --url URL --interval DURATION")
         before, after = (_load(s, args) for s in args.sources)
         interval = None
-        shown = " -> ".join("stdin" if s == "-" else redact_url(s) for s in args.sources)
+        shown = " -> ".join(map(_shown, args.sources))
     if before.producer != after.producer:
         raise UsageError(f"the two sources come from different producers ({before.producer}, {after.producer})")
     deltas = delta_engines(before.engines, after.engines, series_name)
@@ -237,13 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary, title = {"report": _report, "diff": _diff}[args.command](args)
         out = json.dumps(summary, indent=2, allow_nan=False) + "\n" if args.format == "json" else render_text(summary, title)
-    except (SourceError, ParseError, UsageError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+    except (SourceError, ParseError, UsageError) as e:  # may quote the input: escaped, one line
+        print(f"{PROG}: error: {escape(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a bug, never a traceback: one line, exit 2
-        print(f"{PROG}: error: internal error reading the input ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        print(f"{PROG}: error: internal error reading the input ({type(e).__name__}: {escape(str(e)[:200])})",
+              file=sys.stderr)
         return 2
     try:
         sys.stdout.write(out)

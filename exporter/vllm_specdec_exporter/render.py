@@ -21,9 +21,17 @@ def _fix(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def escape(text: str) -> str:
+    """Text as one terminal line: every character that is not printable (ESC, CR, LF,
+    NUL, BEL, bidi overrides ...) as its Python escape (``\\x1b``), so no label a target
+    chose can move the cursor, retitle or clear the terminal. JSON output escapes them itself."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _safe(text: str, width: int = 80) -> str:
     """A label value as one terminal line: control characters escaped, long ones cut."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    out = escape(text)
     return out if len(out) <= width else out[: width - 3] + "..."
 
 
@@ -123,8 +131,8 @@ def _engine_mark(e: dict[str, Any], total: dict[str, Any]) -> str:
 
 
 def render_text(summary: dict[str, Any], title: str) -> str:
-
-    lines = [title, ""]
+    """The report; ``title``'s own line breaks are kept, every line is escaped (``escape``)."""
+    lines = [*title.split("\n"), ""]
     interval = summary["interval_seconds"]
     for model, entry in summary["models"].items():
         lines += _model_block(model, entry, interval)
@@ -137,4 +145,5 @@ def render_text(summary: dict[str, Any], title: str) -> str:
     if warnings:
         lines.append(f"warnings ({len(warnings)}):")
         lines += [f"  - {_safe(w, 400)}" for w in warnings]
-    return "\n".join(lines).rstrip() + "\n"
+    # Every line escaped whole: the diagnosis and anything else that quotes a label.
+    return "\n".join(map(escape, lines)).rstrip() + "\n"
