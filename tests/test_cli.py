@@ -210,6 +210,15 @@ def test_labels_with_escape_sequences_are_escaped_in_every_text_output(tmp_path)
     assert b"\x1b" not in done.stderr and b"\r" not in done.stderr and rb"x\x1b]0;pwned\x07\rz" in done.stderr
 
 
+def test_diff_refuses_reading_stdin_twice():
+    dump = DP8.read_bytes()
+    for args in (("diff", "-", "-"), ("diff", "--url", "-", "--interval", "1s")):
+        done = run_cli(*args, stdin=dump)
+        assert done.returncode == 2 and done.stdout == b""
+        assert done.stderr == (b"vllm-specdec-exporter: error: diff cannot read stdin ('-') twice: give BEFORE or "
+                               b"AFTER (not both) as '-', the other as a file or URL\n")
+
+
 def test_report_piped_into_head_ends_quietly(tmp_path):
     import subprocess
 

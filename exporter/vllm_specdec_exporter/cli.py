@@ -126,6 +126,9 @@ def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
 
 
 def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.sources.count("-") > 1 or args.url == "-":
+        raise UsageError("diff cannot read stdin ('-') twice: give BEFORE or AFTER (not both) as '-', the other as "
+                         "a file or URL")
     if args.url:
         if args.sources or args.interval is None:
             raise UsageError("diff --url URL needs --interval (e.g. --interval 60s) and no BEFORE/AFTER")
