@@ -390,8 +390,9 @@ def test_certificates_and_config_are_reread_without_restart_or_dropping_connecti
         assert get(f"https://127.0.0.1:{port}/metrics", ctx)[0] == 401
         assert get(f"https://127.0.0.1:{port}/metrics", ctx, ("prometheus", "pw"))[0] == 200
 
-        write_web_config(cfg, tls_server_config={**tls, "client_auth_type": "RequireAndVerifyClientCert",
-                                                 "client_ca_file": str(pki / "ca.crt")})
+        write_web_config(cfg, users={"prometheus": bcrypt_hash("pw", 4)},  # dropping the users would be refused
+                         tls_server_config={**tls, "client_auth_type": "RequireAndVerifyClientCert",
+                                            "client_ca_file": str(pki / "ca.crt")})
         wait_for(lambda: tls_status(port, ctx) == "refused", 15, "client certificates required", step=0.2)
         assert tls_status(port, tls_client(pki, "client")) == 200
         kept.request("GET", "/healthz")

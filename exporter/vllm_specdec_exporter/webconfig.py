@@ -24,9 +24,13 @@ exporter-toolkit web-config file format (``--web.config.file``), with its semant
 Anything the exporter cannot honour is a config error naming the key, never ignored.
 The file and every file it names are re-read when they change (checked at most once
 a second, on new connections and requests): new connections get the new
-certificate, open ones keep theirs. A broken edit keeps the last good config and is
-logged. /healthz and /readyz stay open: a kubelet probe carries no password, and
-neither says anything about vLLM.
+certificate, open ones keep theirs. The config fails closed, as exporter-toolkit's
+never falls back to plaintext: a reload that does not load, or that would weaken
+the config (turn TLS off, remove every user, stop requiring or verifying client
+certificates, drop client_allowed_sans), keeps the last good config and logs one
+error line naming the file; a deliberate weakening takes a restart. An unchanged
+refused file is not read again. /healthz and /readyz stay open: a kubelet probe
+carries no password, and neither says anything about vLLM.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import ctypes
 import hashlib
 import hmac
 import os
 import secrets
 import ssl
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -109,6 +115,25 @@ class WebConfig:
     rate_limit: tuple[float, int] | None = None  # (seconds between requests, burst)
     allowed_sans: frozenset[str] | None = None
     files: tuple[str, ...] = ()  # everything read: re-read when one changes
+    client_auth: str = "NoClientCert"
+
+
+def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
+    """What ``new`` would give up of ``old``'s protection (empty: nothing)."""
+    out = []
+    if old.ssl_context and not new.ssl_context:
+        out.append("turn TLS off")
+    elif old.ssl_context:
+        (old_mode, old_verify), (new_mode, new_verify) = CLIENT_AUTH[old.client_auth], CLIENT_AUTH[new.client_auth]
+        if old_mode == ssl.CERT_REQUIRED and new_mode != ssl.CERT_REQUIRED:
+            out.append(f"stop requiring a client certificate ({old.client_auth} -> {new.client_auth})")
+        if old_verify and not new_verify:
+            out.append(f"stop verifying client certificates ({old.client_auth} -> {new.client_auth})")
+        if old.allowed_sans is not None and new.allowed_sans is None:
+            out.append("drop client_allowed_sans")
+    if old.users and not new.users:
+        out.append("remove every basic_auth_users entry")
+    return out
 
 
 # --- OpenSSL settings Python's ssl module has no API for -----------------------------
@@ -161,10 +186,12 @@ def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
 
 # --- Loading ------------------------------------------------------------------------
 
-def _path(key: str, value: object, base: Path) -> str:
+def _path(key: str, value: object, base: Path, files: list[str]) -> str:
+    """The file ``value`` names; added to ``files`` (watched for changes) before it is checked."""
     if not isinstance(value, str) or not value:
         raise ConfigError(key, "must be a file path")
     path = (base / value) if not Path(value).is_absolute() else Path(value)
+    files.append(str(path))
     if not path.is_file():
         raise ConfigError(key, f"no such file: {path}")
     return str(path)
@@ -199,9 +226,8 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     ctx.maximum_version = _version(tls, "max_version", "TLS13")
     if ctx.minimum_version > ctx.maximum_version:
         raise ConfigError("tls_server_config.min_version", "is above max_version")
-    cert = _path("tls_server_config.cert_file", tls.get("cert_file"), base)
-    key = _path("tls_server_config.key_file", tls.get("key_file"), base)
-    files += [cert, key]
+    cert = _path("tls_server_config.cert_file", tls.get("cert_file"), base, files)
+    key = _path("tls_server_config.key_file", tls.get("key_file"), base, files)
     try:
         ctx.load_cert_chain(cert, key)
     except ssl.SSLError as e:  # never quote the files: one of them is a private key
@@ -220,8 +246,8 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         raise ConfigError("tls_server_config.client_ca_file", f"required with client_auth_type {auth}")
     try:
         if "client_ca_file" in tls:
-            files.append(_path("tls_server_config.client_ca_file", tls["client_ca_file"], base))
-            ctx.load_verify_locations(cafile=files[-1])
+            ctx.load_verify_locations(cafile=_path("tls_server_config.client_ca_file", tls["client_ca_file"], base,
+                                                   files))
         elif "client_ca" in tls:
             ctx.load_verify_locations(cadata=str(tls["client_ca"]))
     except ssl.SSLError as e:
@@ -299,17 +325,20 @@ def _fake_hash(cost: bytes) -> bytes:
     return _FAKE_HASHES[cost]
 
 
-def load_web_config(path: str) -> WebConfig:
+def load_web_config(path: str, seen: list[str] | None = None) -> WebConfig:
+    """The web config in ``path``; ``seen`` gets every file it read or looked for,
+    also when it fails (a reload waits for one of them to change)."""
     try:
-        return _load_web_config(path)
+        return _load_web_config(path, [] if seen is None else seen)
     except ConfigError:
         raise
     except Exception as e:  # a value of a type no check above expected (a list where a name goes, ...)
         raise ConfigError("--web.config.file", f"{path}: a value of an unexpected type ({type(e).__name__})") from None
 
 
-def _load_web_config(path: str) -> WebConfig:
+def _load_web_config(path: str, files: list[str]) -> WebConfig:
     key = "--web.config.file"
+    files.append(str(Path(path)))
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
@@ -324,7 +353,6 @@ def _load_web_config(path: str) -> WebConfig:
         if k not in valid:
             raise ConfigError(f"web config {k}", f"unknown key (valid: {', '.join(valid)})")
     base = Path(path).parent
-    files = [str(Path(path))]
     ctx, sans = (None, None)
     if data.get("tls_server_config"):
         ctx, sans = _tls_context(data["tls_server_config"], base, files)
@@ -339,8 +367,9 @@ def _load_web_config(path: str) -> WebConfig:
             raise ConfigError(f"basic_auth_users.{user}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
         users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
+    auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
     return WebConfig(ssl_context=ctx, users=users, fake_hash=fake, headers=headers, rate_limit=rate,
-                     allowed_sans=sans, files=tuple(files))
+                     allowed_sans=sans, files=tuple(dict.fromkeys(files)), client_auth=auth)
 
 
 _Signature = tuple[tuple[object, ...], ...]  # per file: path, inode, mtime, size (path alone if unreadable)
@@ -362,9 +391,13 @@ class LiveWebConfig:
 
     ``current()`` is called for every new connection and request; it looks at the
     files at most once per ``config.WEB_CONFIG_CHECK_SECONDS``. A change is loaded on a
-    worker thread (certificates, and a bcrypt hash for unknown users at a new cost,
-    take time) while the old config goes on serving. A failed reload keeps the last
-    good config and logs the error once per distinct error."""
+    thread of its own (certificates, and a bcrypt hash for unknown users at a new cost,
+    take time) while the old config goes on serving. A reload that fails, or that would
+    weaken the config (``weakenings``), keeps the last good config and logs an error;
+    the files it read are not read again until one of them changes.
+
+    ``reload_failures`` counts refused reloads and ``last_reload_ok`` tells whether the
+    last one applied (as exporter-toolkit's and Prometheus's config_last_reload_successful)."""
 
     def __init__(self, path: str, mono: Callable[[], float] = time.monotonic):
         self.path = path
@@ -374,41 +407,68 @@ class LiveWebConfig:
         self._checked = mono()
         self._loading = False
         self._last_error: str | None = None
+        self._refused: tuple[tuple[str, ...], _Signature] | None = None  # files of a refused reload, as they were
+        self.reload_failures = 0
+        self.last_reload_ok = True
 
     def current(self) -> WebConfig:
         now = self.mono()
         if now - self._checked >= config.WEB_CONFIG_CHECK_SECONDS and not self._loading:
             self._checked = now
-            signature = _signature(self.config.files)
-            if signature != self._signature:
+            if _signature(self.config.files) != self._signature and not (
+                    self._refused and _signature(self._refused[0]) == self._refused[1]):
+                watched = self.config.files
                 try:
                     loop = asyncio.get_running_loop()
                 except RuntimeError:
-                    self._loaded(signature, self._load())
+                    self._loaded(*self._load(watched))
                 else:
                     self._loading = True
-                    loop.run_in_executor(None, self._load).add_done_callback(
-                        lambda done: self._loaded(signature, done.result()))
+                    threading.Thread(target=self._load_in_thread, args=(loop, watched), name="web-config",
+                                     daemon=True).start()  # a daemon: a stuck read never holds up the exit
         return self.config
 
-    def _load(self) -> WebConfig | ConfigError:
+    def _load_in_thread(self, loop: asyncio.AbstractEventLoop, watched: tuple[str, ...]) -> None:
         try:
-            return load_web_config(self.path)
-        except ConfigError as e:
-            return e
+            result = self._load(watched)
+        except BaseException as e:  # never leave _loading set
+            result = (ConfigError("--web.config.file", f"{self.path}: {type(e).__name__}"), watched, ())  # retried
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(lambda: self._loaded(*result))
 
-    def _loaded(self, signature: _Signature, new: WebConfig | ConfigError) -> None:
+    def _load(self, watched: tuple[str, ...]) -> tuple[WebConfig | ConfigError, tuple[str, ...], _Signature]:
+        """The new config (or why not), the files it read, and their signature taken
+        before it read them: a change during the load is seen next time."""
+        before = _signature(watched)
+        seen: list[str] = []
+        try:
+            new: WebConfig | ConfigError = load_web_config(self.path, seen)
+        except ConfigError as e:
+            new = e
+        extra = tuple(f for f in dict.fromkeys(seen) if f not in watched)
+        return new, watched + extra, before + _signature(extra)
+
+    def _loaded(self, new: WebConfig | ConfigError, files: tuple[str, ...], signature: _Signature) -> None:
         self._loading = False
+        if isinstance(new, WebConfig) and (weaker := weakenings(self.config, new)):
+            new = ConfigError("--web.config.file", f"{self.path}: the new config would {' and '.join(weaker)}; "
+                                                   "refused (restart the exporter to do that on purpose)")
         if isinstance(new, ConfigError):
+            self._refused = (files, signature)
+            self.reload_failures += 1
+            self.last_reload_ok = False
             if str(new) != self._last_error:
                 self._last_error = str(new)
-                log.error("web_config_reload_failed", error=str(new), keeping="the last good config")
+                log.error("web_config_reload_failed", file=self.path, error=str(new), keeping="the last good config")
             return
         self._last_error = None
+        self._refused = None
+        self.last_reload_ok = True
         self.config = new
-        # The files as they were before this load: a change during it is seen next time.
-        self._signature = signature if new.files == tuple(f for f, *_ in signature) else _signature(new.files)
-        log.info("web_config_reloaded", tls=bool(new.ssl_context), basic_auth=bool(new.users))
+        known = {entry[0]: entry for entry in signature}
+        self._signature = tuple(known[f] for f in new.files) if all(f in known for f in new.files) else \
+            _signature(new.files)
+        log.info("web_config_reloaded", file=self.path, tls=bool(new.ssl_context), basic_auth=bool(new.users))
 
 
 # --- Basic auth -----------------------------------------------------------------------
