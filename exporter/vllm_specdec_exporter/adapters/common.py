@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .. import config
-from ..model import Counters, SeriesKey, Snapshot
+from ..model import SeriesKey, Snapshot
 from ..parser import Exposition, ParseError, Sample, format_series
 
 # Wrappers add labels that tell their replicas/workers apart: each distinct value is
@@ -53,13 +53,17 @@ def engine_id(labels: Mapping[str, str], identity: Iterable[str] = (), engine: s
     return "/".join(parts) if parts else "0"
 
 
-def has_label(exp: Exposition, names: Iterable[str], labels: Iterable[str]) -> bool:
-    labels = tuple(labels)
-    return any(any(lbl in s.labels for lbl in labels) for n in names for s in exp.samples.get(n, ()))
-
-
 def present(exp: Exposition, names: Iterable[str]) -> bool:
     return any(exp.samples.get(n) for n in names)
+
+
+def families_present(exp: Exposition, names: Iterable[str], labels: Iterable[str] = ()) -> int:
+    """How many of ``names`` have samples (with ``labels``: samples carrying one of them):
+    how strongly a payload looks like a producer's, so one stray family never outweighs
+    a producer's full set (adapters.ranked)."""
+    labels = tuple(labels)
+    return sum(1 for n in names if any(not labels or any(lbl in s.labels for lbl in labels)
+                                       for s in exp.samples.get(n, ())))
 
 
 def relabel(exp: Exposition, renames: Mapping[str, str], identity: Iterable[str] = ()) -> Exposition:
@@ -123,12 +127,15 @@ class RenamedVllmAdapter:
         self.families = tuple(src for r in renames for src in r)
         self.approximate: tuple[str, ...] = ()
 
+    def _score(self, exp: Exposition, renames: dict[str, str]) -> int:
+        spec = [s for s, d in renames.items() if d != config.VLLM_V1_GENERATION_TOKENS]
+        return families_present(exp, spec, self._require_labels)
+
     def _active(self, exp: Exposition) -> dict[str, str] | None:
-        for r in self._renames:
-            spec = [s for s, d in r.items() if d != config.VLLM_V1_GENERATION_TOKENS]
-            if present(exp, spec) and (not self._require_labels or has_label(exp, spec, self._require_labels)):
-                return r
-        return None
+        return next((r for r in self._renames if self._score(exp, r)), None)
+
+    def score(self, exp: Exposition) -> int:
+        return max(self._score(exp, r) for r in self._renames)
 
     def detect(self, exp: Exposition) -> bool:
         return self._active(exp) is not None
@@ -171,6 +178,8 @@ class LabelledAdapter:
     def _bounded(self, s: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
         return bounded(s, self._key(s), warnings, impossible)
 
+    def score(self, exp: Exposition) -> int:
+        return families_present(exp, self.spec_families, self._require_labels)
+
     def detect(self, exp: Exposition) -> bool:
-        return present(exp, self.spec_families) and (
-            not self._require_labels or has_label(exp, self.spec_families, self._require_labels))
+        return self.score(exp) > 0
