@@ -148,6 +148,9 @@ GARBAGE = ("the draft head produces garbage (a broken quantised conversion or lo
            "was accepted in under 10 % of drafts")
 ONE_RANK = "one rank: its siblings on the same server are healthy (a rank-specific load, device or node)."
 LIKELY = {
+    "VLLMSpecDecodeTargetInconsistent": "two servers behind one URL (scrape the pods, not a Service), a producer whose "
+                                        "counters go down without a restart, or an engine faster than "
+                                        "MAX_DRAFTS_PER_SECOND.",
     "VLLMSpecDecodeAcceptanceCollapsed": f"{GARBAGE}; or a configuration change, if it began with a restart or a new k.",
     "VLLMSpecDecodeAcceptanceCollapsedFast": f"{GARBAGE}; or a configuration change, if it began with a restart or a "
                                              f"new k.",
@@ -404,8 +407,22 @@ def sidecar_only_group() -> dict:
         gauge("vllm_specdec_up", {**base, "target": "rank1"}, "1x60"),
         gauge("vllm_specdec_exporter_build_info", {**base, "version": "0.1.0", "python_version": "3.11.7"}, "1x30 _x30"),
         gauge("vllm_specdec_exporter_invariant_violations_total", {**base, "target": "vllm"}, "0x20 1x40"),
+        # Polls every 5 s (12 a minute). "twin": two servers behind one URL from 11m, every
+        # poll inconsistent; "glitchy": one glitch every 10 min, the real-life rate: quiet.
+        polls("twin", "success", "0+12x60"),
+        gauge("vllm_specdec_exporter_inconsistent_polls_total", {**base, "target": "twin"}, "0x10 12+12x50"),
+        polls("glitchy", "success", "0+12x60"),
+        gauge("vllm_specdec_exporter_inconsistent_polls_total", {**base, "target": "glitchy"},
+              "0x9 1x10 2x10 3x10 4x10 5x10"),
     ]
     T, A, I = "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated"
+    N = "VLLMSpecDecodeTargetInconsistent"
+    twin = alert(N, "warning", {**base, "target": "twin"},
+                 "Most polls of a target are inconsistent: its figures are not counted.",
+                 "Target twin of the exporter at 10.0.0.7:9746 gave 120 inconsistent engine polls in 10m (counters "
+                 "that went down without a restart, drafts faster than any engine, two servers behind one URL): "
+                 "they are not counted, so its figures and alerts are blind. See the sidecar's log (target_warning) "
+                 "for the reason.")
 
     def down(target: str) -> dict:
         return alert(T, "warning", {**base, "target": target},
@@ -433,6 +450,9 @@ def sidecar_only_group() -> dict:
         check("15m", I, []),
         check("25m", I, [invariant]),
         check("35m", I, []),  # no new violation in the last 10m
+        check("20m", N, []),  # inconsistent since 11m: half the 10m window at ~16m, then pending for 10m
+        check("28m", N, [twin]),
+        check("60m", N, [twin]),  # "glitchy" (1 in 120 polls) never
     ])
 
 

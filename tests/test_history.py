@@ -245,3 +245,20 @@ def test_positions_appearing_after_drafts_were_counted_is_still_inconsistent():
     h.observe(5, {KEY: Counters(110, 220, 0, ())})
     obs = h.observe(10, {KEY: Counters(120, 240, 100, (70, 30))})
     assert obs.inconsistent and KEY not in obs.increments
+
+
+def test_an_engine_at_the_readmes_fastest_rate_is_consistent():
+    """Issue 19 item 7: 1,024 sequences at 100 steps/s is 102,400 drafts/s, which the old
+    100,000 ceiling called inconsistent on 119 of 120 polls (health idle during a
+    collapse). It and 2x it are plain growth now; 2x the ceiling is still refused."""
+    for per_second in (102_400, 204_800):
+        h = TargetHistory(WINDOWS, 4000)
+        seen = []
+        for i in range(120):
+            seen += h.observe(5.0 * i, {KEY: c(per_second * 5.0 * i)}).inconsistent
+        assert seen == [], per_second
+        assert h.window("1m").engines[KEY].drafts == pytest.approx(per_second * 60)
+    h = TargetHistory(WINDOWS, 4000)
+    h.observe(0, {KEY: c(0)})
+    obs = h.observe(5, {KEY: c(config.MAX_DRAFTS_PER_SECOND * 10.0)})
+    assert [r for _, r in obs.inconsistent] == ["drafts grew faster than any engine can (another server's values?)"]

@@ -24,12 +24,12 @@ ALERTS = REPO / "alerts"
 ALERT_NAMES = [
     "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed",
     "VLLMSpecDecodeEngineLagging", "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
-    "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown",
+    "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeTargetInconsistent",
     "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated",
     "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
     "VLLMSpecDecodeRequestAcceptanceExtreme",
 ]
-SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent"}
+SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeTargetInconsistent"}
 
 
 def alerts_in(path: Path) -> dict[str, dict]:

@@ -115,10 +115,14 @@ MAX_MODELS_PER_TARGET = 64
 MAX_LABEL_VALUE_LENGTH = 256
 # Polls faster than this are refused: they would only burn CPU.
 MIN_POLL_INTERVAL_SECONDS = 0.1
-# Drafts one engine can make per second, generously: 1,024 running sequences at
-# 100 verification steps/s. A poll whose drafts grew faster, or that "restarted" to
-# more than this many per second since the last poll, is inconsistent (history.py).
-MAX_DRAFTS_PER_SECOND = 100_000
+# Drafts one engine can make per second, generously: 2,048 running sequences at ~122
+# verification steps/s (1,024 at 100 steps/s is 102,400, which the old 100,000
+# refused). Not higher: a second, older server behind the same URL is told from
+# growth only when its lead exceeds this times the poll interval (1.25 M drafts at
+# 5 s). A poll whose drafts grew faster, or that "restarted" to more than this many
+# per second since the last poll, is inconsistent (history.py);
+# VLLMSpecDecodeTargetInconsistent says so if it lasts.
+MAX_DRAFTS_PER_SECOND = 250_000
 # Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut
 # to this many characters, and a target remembers (to log each once) at most
 # WARNINGS_REMEMBERED of them, as 16-byte digests: ~100 KB whatever the labels. Once that
@@ -289,6 +293,13 @@ TARGET_MISCONFIGURED_RESULTS = ("http_error", "not_prometheus", "too_large", "in
 TARGET_UNREACHABLE_AFTER = "30m"
 ALERT_TARGET_DOWN_FOR = "5m"
 ALERT_EXPORTER_ABSENT_FOR = "10m"
+# Inconsistent target: over 10m, inconsistent engine polls reach this share of the
+# successful polls (one engine of eight glitching every other poll, or one always):
+# its figures are not counted, so a collapse there is invisible. A real glitch is one
+# poll in hours; a restart is not an inconsistent poll.
+TARGET_INCONSISTENT_SHARE = 0.5
+TARGET_INCONSISTENT_WINDOW = "10m"
+ALERT_TARGET_INCONSISTENT_FOR = "10m"
 # Wasted: the last draft position accepted in fewer than 5 % of drafts over 1h:
 # it adds < 0.05 to the acceptance length while costing a full draft token.
 ALERT_WASTED_POSITION_RATE = 0.05

@@ -363,6 +363,17 @@ def _target_down(x: X) -> tuple[str, str]:
             f"weight reload. See {m.sample('exporter_polls')} by result and the sidecar's log.")
 
 
+def _target_inconsistent(x: X) -> tuple[str, str]:
+    w, share = c.TARGET_INCONSISTENT_WINDOW, c.TARGET_INCONSISTENT_SHARE
+    ok = f"increase({m.sample('exporter_polls')}{_sel(x.o, 'result=' + chr(34) + 'success' + chr(34))}[{w}])"
+    return (f"increase({m.sample('exporter_inconsistent_polls')}{_sel(x.o)}[{w}])\n"
+            f"  >= ignoring(result) {share} * {ok}\nand ignoring(result) {ok} > 0",
+            "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} gave {{ $value | humanize }} "
+            f"inconsistent engine polls in {w} (counters that went down without a restart, drafts faster than "
+            f"any engine, two servers behind one URL): they are not counted, so its figures and alerts are blind. "
+            "See the sidecar's log (target_warning) for the reason.")
+
+
 def _exporter_absent(x: X) -> tuple[str, str]:
     return (f"absent({m.name('exporter_build_info')}{_sel(x.o)})",
             f"Prometheus has no {m.name('exporter_build_info')} series: the sidecar is not running, not "
@@ -494,6 +505,10 @@ ALERTS: tuple[Alert, ...] = (
           "vLLM generates tokens but speculative decoding has stopped drafting.", _not_drafting),
     Alert(_TARGET_DOWN, "warning", c.ALERT_TARGET_DOWN_FOR, (),
           "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.", _target_down, sidecar_only=True),
+    Alert("VLLMSpecDecodeTargetInconsistent", "warning", c.ALERT_TARGET_INCONSISTENT_FOR, (),
+          "Most polls of a target are inconsistent: its figures are not counted.", _target_inconsistent,
+          "two servers behind one URL (scrape the pods, not a Service), a producer whose counters go down "
+          "without a restart, or an engine faster than MAX_DRAFTS_PER_SECOND.", sidecar_only=True),
     Alert("VLLMSpecDecodeExporterAbsent", "warning", c.ALERT_EXPORTER_ABSENT_FOR, (),
           "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.", _exporter_absent,
           sidecar_only=True),
