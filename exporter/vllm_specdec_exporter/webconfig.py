@@ -17,7 +17,7 @@ exporter-toolkit web-config file format (``--web.config.file``), with its semant
     http_server_config:
       headers: {X-Frame-Options: deny}               # the toolkit's five security headers
       http2: false                                   # this server speaks HTTP/1.1 only: true is refused
-    rate_limit: {interval: 100ms, burst: 10}         # token bucket, 429 beyond it
+    rate_limit: {interval: 100ms, burst: 10}         # token bucket per client address, 429 beyond it
     basic_auth_users:
       prometheus: $2y$10$...                         # bcrypt hashes, as htpasswd -B makes
 
@@ -42,6 +42,7 @@ import contextlib
 import ctypes
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import ssl
@@ -102,6 +103,7 @@ HEADERS: dict[str, tuple[str, ...]] = {
 TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "client_ca", "client_allowed_sans",
             "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+RATE_LIMIT_CLIENTS = 1024  # rate-limit buckets kept (least recently used dropped first)
 
 
 @dataclass(frozen=True)
@@ -473,6 +475,15 @@ class LiveWebConfig:
 
 # --- Basic auth -----------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: bytes
+    hashed: bytes  # the user's hash, or the fake one for an unknown user
+    known: bool
+    digest: bytes  # HMAC of user, hash and password: the success cache's key
+
+
 class Authenticator:
     """Basic-auth checks with bcrypt on a small thread pool, never on the event loop.
 
@@ -486,26 +497,39 @@ class Authenticator:
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._size = cache_size
 
-    async def check(self, cfg: WebConfig, header: str | None) -> bool:
+    def credentials(self, cfg: WebConfig, header: str | None) -> Credentials | None:
+        """The request's basic-auth credentials; None when it has none or they are malformed."""
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         try:
             user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
-        known = user in cfg.users
+            return None
         hashed = cfg.users.get(user, cfg.fake_hash)
         digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password.encode())), hashlib.sha256).digest()
-        if digest in self._ok:
-            self._ok.move_to_end(digest)
+        return Credentials(user, password.encode(), hashed, user in cfg.users, digest)
+
+    def cached(self, creds: Credentials) -> bool:
+        """Checked successfully before (no bcrypt needed)."""
+        if creds.digest in self._ok:
+            self._ok.move_to_end(creds.digest)
+            return True
+        return False
+
+    async def verify(self, creds: Credentials) -> bool:
+        if self.cached(creds):
             return True
         loop = asyncio.get_running_loop()
-        ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, password.encode(), hashed) and known
+        ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, creds.password, creds.hashed) and creds.known
         if ok:
-            self._ok[digest] = None
+            self._ok[creds.digest] = None
             while len(self._ok) > self._size:
                 self._ok.popitem(last=False)
         return ok
+
+    async def check(self, cfg: WebConfig, header: str | None) -> bool:
+        creds = self.credentials(cfg, header)
+        return creds is not None and await self.verify(creds)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -528,10 +552,60 @@ class _Bucket:
         return False
 
 
+def client_key(remote: str | None) -> str:
+    """Whom a rate-limit bucket belongs to: the client's IPv4 address, or its IPv6 /64
+    (one host commonly holds a whole /64)."""
+    if not remote:
+        return "-"
+    try:
+        ip = ipaddress.ip_address(remote.split("%", 1)[0])
+    except ValueError:
+        return remote  # a Unix socket's path
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class RateLimiter:
+    """rate_limit's token bucket, one per client address and per kind of request
+    (authenticated or not), the least recently used dropped beyond ``max_clients``
+    (its client starts again with a full burst: dropping one never refuses anybody)."""
+
+    def __init__(self, mono: Callable[[], float], max_clients: int = RATE_LIMIT_CLIENTS):
+        self.mono, self.max_clients = mono, max_clients
+        self._rate: tuple[float, int] | None = None
+        self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
+
+    def allow(self, rate: tuple[float, int], kind: str, client: str) -> bool:
+        if rate != self._rate:  # a reload changed the limit: start again
+            self._rate = rate
+            self._buckets.clear()
+        key = (kind, client)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(*rate, self.mono)
+            while len(self._buckets) > self.max_clients:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.allow()
+
+
+def _too_many() -> web.Response:
+    return web.Response(status=429, text="too many requests\n")
+
+
 def auth_middleware(
     live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic
 ) -> Middleware:
-    buckets: dict[tuple[float, int], _Bucket] = {}
+    """Basic auth and rate_limit. exporter-toolkit takes one bucket for every request
+    before auth, so a client without the password could use up the real scrapes'
+    share; here each client address has its own buckets, and requests without valid
+    credentials (none, malformed, wrong, or not yet known to be right) draw on a
+    bucket of their own: they can neither use up nor wait for an authenticated one's."""
+    limiter = RateLimiter(mono)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -547,14 +621,20 @@ def auth_middleware(
     async def _guarded(request: web.Request, handler: Handler, cfg: WebConfig) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        if cfg.rate_limit:
-            bucket = buckets.get(cfg.rate_limit)
-            if bucket is None:
-                buckets.clear()
-                bucket = buckets[cfg.rate_limit] = _Bucket(*cfg.rate_limit, mono)
-            if not bucket.allow():
-                return web.Response(status=429, text="too many requests\n")
-        if not cfg.users or await authenticator.check(cfg, request.headers.get("Authorization")):
+        client = client_key(request.remote)
+        if not cfg.users:
+            if cfg.rate_limit and not limiter.allow(cfg.rate_limit, "any", client):
+                return _too_many()
+            return await handler(request)
+        creds = authenticator.credentials(cfg, request.headers.get("Authorization"))
+        if creds is not None and authenticator.cached(creds):
+            if cfg.rate_limit and not limiter.allow(cfg.rate_limit, "authenticated", client):
+                return _too_many()
+            return await handler(request)
+        # Not known to be right: its own bucket, taken before the bcrypt it would cost.
+        if cfg.rate_limit and not limiter.allow(cfg.rate_limit, "unauthenticated", client):
+            return _too_many()
+        if creds is not None and await authenticator.verify(creds):
             return await handler(request)
         return web.Response(status=401, text="unauthorized\n",
                             headers={"WWW-Authenticate": 'Basic realm="vllm-specdec-exporter"'})
