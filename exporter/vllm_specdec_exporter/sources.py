@@ -11,7 +11,7 @@ import sys
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from . import config
 from .parser import PayloadTooLarge
@@ -34,35 +34,42 @@ class SourceError(Exception):
         self.kind = kind
 
 
+def _redact_query(query: str) -> str:
+    return "&".join(f"{p.split('=', 1)[0]}=<redacted>" if p.partition("=")[2] else p for p in query.split("&"))
+
+
 def redact_url(url: str) -> str:
-    """The URL without any user:password part, for logs and errors."""
+    """The URL as shown anywhere (landing page, summary, logs, errors): without any
+    user:password part, and with every query value replaced by <redacted> (a
+    ``?token=...`` is a password too). A file path is returned as is."""
+    if "://" not in url:
+        return url
     try:
         parts = urlsplit(url)
-        if parts.username is None and parts.password is None:
-            return url
-        port = parts.port
-    except ValueError:  # e.g. http://[::1/ or a port over 65535: never echo a password
-        return url.split("://", 1)[0] + "://<invalid URL>" if "@" in url else url
-    host = parts.hostname or ""
-    if port:
-        host = f"{host}:{port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        parts.port  # noqa: B018 -- raises ValueError on a port over 65535
+    except ValueError:  # e.g. http://[::1/ or a port over 65535: never echo a secret
+        return url.split("://", 1)[0] + "://<invalid URL>" if "@" in url or "?" in url else url
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, _redact_query(parts.query), parts.fragment))
 
 
 def credentials(url: str, token: str | None = None) -> tuple[str, ...]:
     """Every form in which a target's credentials could come back in its own answer
-    (an echoed header, a quoted first line): the URL's password, raw and decoded, the
-    Basic header built from it, and the bearer token."""
+    (an echoed header, a quoted first line): the URL's password and query values, raw
+    and decoded, the Basic header built from the password, and the bearer token."""
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password
     except ValueError:
         user = password = None
+    query = url.partition("?")[2].partition("#")[0] if "://" in url else ""  # not a file name's '?'
     found = [token] if token else []
     if password:
         pair = f"{unquote(user or '')}:{unquote(password)}".encode()
         found += [password, unquote(password), base64.b64encode(pair).decode()]
-    return tuple(s for s in found if len(s) >= 4)
+    for value in (p.partition("=")[2] for p in query.split("&")):
+        found += [value, unquote(value), unquote_plus(value)]
+    return tuple(s for s in dict.fromkeys(found) if len(s) >= 4)
 
 
 _Text = TypeVar("_Text", str, str | None)
@@ -72,7 +79,7 @@ def scrub(text: _Text, secrets: tuple[str, ...]) -> _Text:
     """``text`` with every secret replaced: target-supplied text shown anywhere goes
     through this. Also a secret's first 8+ characters: a quoted line may be cut short."""
     for secret in secrets:
-        for end in range(len(secret), 7, -1):
+        for end in range(len(secret), min(len(secret), 8) - 1, -1):  # a short secret whole
             if text and secret[:end] in text:
                 text = text.replace(secret[:end], "<redacted>")
     return text
@@ -125,8 +132,8 @@ async def fetch_metrics(
         raise SourceError(f"cannot connect to {shown}: {e.os_error or e}", "connect_error") from None
     except aiohttp.InvalidURL:
         raise SourceError(f"invalid URL {shown}", "invalid_url") from None
-    except aiohttp.ClientError as e:
-        raise SourceError(f"{shown}: {type(e).__name__}: {e}") from None
+    except aiohttp.ClientError as e:  # its text may quote the whole URL
+        raise SourceError(scrub(f"{shown}: {type(e).__name__}: {e}", credentials(url))) from None
 
 
 async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:  # noqa: ASYNC109 -- passed to fetch_metrics
