@@ -262,3 +262,28 @@ def test_an_engine_at_the_readmes_fastest_rate_is_consistent():
     h.observe(0, {KEY: c(0)})
     obs = h.observe(5, {KEY: c(config.MAX_DRAFTS_PER_SECOND * 10.0)})
     assert [r for _, r in obs.inconsistent] == ["drafts grew faster than any engine can (another server's values?)"]
+
+
+def test_a_model_with_thousands_of_engine_labels_cannot_take_every_slot():
+    """Issue 19 item 9: new engines were admitted in label order, so a model whose labels
+    sort first (a hostile or broken producer's 5,000 engines) took every slot on the first
+    poll and the real model was refused. New engines are now taken in turn by model."""
+    h = TargetHistory(WINDOWS, 4000)
+    flood = {("a-noise", str(i)): c(10) for i in range(5000)}
+    real = {("deepseek-ai/DeepSeek-V4-Pro", str(i)): c(10) for i in range(8)}
+    kept, refused, _ = h.admit({**flood, **real}, cap=50, max_models=64)
+    assert set(real) <= set(kept) and len(kept) == 50 and refused == 5008 - 50
+
+
+def test_two_replicas_of_the_same_age_behind_one_url_are_inconsistent_every_other_poll():
+    """Issue 19 item 9: two replicas behind one Service, close in age, read as one engine.
+    Every other poll is inconsistent -- the share VLLMSpecDecodeTargetInconsistent pages on
+    (config.TARGET_INCONSISTENT_SHARE) -- and neither adds the other's lifetime."""
+    for lead in (-3000.0, 3000.0):  # the second replica just behind, or just ahead
+        h = TargetHistory(WINDOWS, 4000)
+        bad = 0
+        for i in range(60):
+            drafts = LIFE + 500.0 * i + (lead if i % 2 else 0.0)
+            bad += len(h.observe(5.0 * i, {KEY: c(drafts)}).inconsistent)
+        assert bad >= config.TARGET_INCONSISTENT_SHARE * 59, (lead, bad)
+        assert h.window("1m").engines[KEY].drafts <= 500 * 12 + abs(lead)  # no lifetime added

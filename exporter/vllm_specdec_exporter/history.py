@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import zip_longest
 
 from . import config
 from .derive import align_k, delta, sum_counters
@@ -320,7 +321,7 @@ def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], ca
     absent = sorted((k for k in held if k not in raw), key=lambda k: held[k], reverse=True)
     room = cap - len(kept) - len(absent)
     forget: list[SeriesKey] = []
-    for key in sorted(k for k in raw if k not in held):
+    for key in _interleaved(k for k in raw if k not in held):
         if key[0] not in models and len(models) >= max_models:
             refused += 1
             continue
@@ -334,6 +335,16 @@ def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], ca
         models.add(key[0])
         room -= 1
     return kept, refused, forget
+
+
+def _interleaved(keys: Iterable[SeriesKey]) -> list[SeriesKey]:
+    """New engines in turn by model (each model's first engine, then each one's second...):
+    a model with thousands of engine labels cannot take every free slot from the others."""
+    by_model: dict[str, list[SeriesKey]] = {}
+    for key in sorted(keys):
+        by_model.setdefault(key[0], []).append(key)
+    rounds = zip_longest(*by_model.values())
+    return [key for batch in rounds for key in batch if key is not None]
 
 
 def _zero(k: int) -> Counters:
