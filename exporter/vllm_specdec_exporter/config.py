@@ -316,6 +316,12 @@ ALERT_INVARIANT_FOR = "0m"
 ALERT_REQUEST_EXTREMES_SHARE = 0.1
 ALERT_REQUEST_EXTREMES_MIN_REQUESTS = 20
 ALERT_REQUEST_EXTREMES_WINDOW = "1h"  # a recorded window (RULE_WINDOWS) and a sidecar default window
+# The recorded windows the other alerts read (each must be one of RULE_WINDOWS: generation
+# fails on a rule that reads a series no rule records): AcceptanceDropped and
+# AcceptanceSuspiciouslyHigh over the trend window; SpeculativeTokensWasted, NotDrafting's
+# history and the day-long baseline (the mean of hourly rates) over the hourly window.
+ALERT_TREND_WINDOW = "30m"
+ALERT_HOURLY_WINDOW = "1h"
 ALERT_REQUEST_EXTREMES_FOR = "15m"
 RUNBOOK_BASE_URL = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/alerts/runbook.md"
 DASHBOARD_URL = ""  # optional; when set, alerts carry a dashboard_url annotation

@@ -7,17 +7,20 @@ import grafanalib.core as g
 from .grafana import Json, Layout, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
 from .. import metrics as m
+from .rules import Options, default_options
 
 UID = "vllm-specdec-exporter"
 UP, POLLS = m.name("up"), m.sample("exporter_polls")
-CL = c.CLUSTER_LABEL  # a cluster variable when the rules keep a cluster label
-SEL = (f'{CL}=~"${CL}", ' if CL else "") + 'namespace=~"$namespace", target=~"$target"'
-BY = (f"{CL}, " if CL else "") + "namespace, pod, target"
-LEGEND = "{{pod}} {{target}}"
+TG = c.LABEL_TARGET  # the target variable is named after its label
 
 
-def dashboard() -> Json:
-
+def dashboard(o: Options | None = None) -> Json:
+    """The sidecar's own board, with the fleet labels ``o`` names (a cluster variable when it keeps one)."""
+    o = o or default_options()
+    CL, NSL, PODL = o.cluster_label, o.namespace_label, o.pod_label
+    SEL = (f'{CL}=~"${CL}", ' if CL else "") + f'{NSL}=~"${NSL}", {TG}=~"${TG}"'
+    BY = (f"{CL}, " if CL else "") + f"{NSL}, {PODL}, {TG}"
+    LEGEND = f"{{{{{PODL}}}}} {{{{{TG}}}}}"
     lay = Layout()
     lay.row("Targets")
     lay.add(stat(
@@ -33,7 +36,7 @@ def dashboard() -> Json:
     lay.add(stat(
         "Exporter builds", f"Version of each running sidecar ({m.name('exporter_build_info')}). Bad: mixed versions "
         "after a rollout that should have finished.",
-        targets((f"count by (version, revision) ({m.name('exporter_build_info')}{{namespace=~\"$namespace\"}})", "{{version}} {{revision}}"),
+        targets((f"count by (version, revision) ({m.name('exporter_build_info')}{{{NSL}=~\"${NSL}\"}})", "{{version}} {{revision}}"),
                 instant=True), "none", steps((None, "blue")), text_mode="value_and_name"), 8, 5)
 
     lay.row("Polls")
@@ -75,11 +78,11 @@ def dashboard() -> Json:
         templating=variables(
             *([g.Template(name=CL, label="Cluster", dataSource="${datasource}", includeAll=True, multi=True,
                           allValue=".*", default="$__all", query=f"label_values({UP}, {CL})")] if CL else []),
-            g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
+            g.Template(name=NSL, label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f"label_values({UP}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + ", namespace)"),
-            g.Template(name="target", label="Target", dataSource="${datasource}", includeAll=True, multi=True,
+                       query=f"label_values({UP}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + f", {NSL})"),
+            g.Template(name=TG, label="Target", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f'label_values({UP}{{namespace=~"$namespace"}}, target)'),
+                       query=f'label_values({UP}{{{NSL}=~"${NSL}"}}, {TG})'),
         ),
     ))

@@ -7,41 +7,43 @@ import grafanalib.core as g
 from .grafana import Json, Layout, bars, finalize, stat, steps, targets, timeseries, variables
 from .. import config as c
 from .. import metrics as m
-from .rules import name
+from .rules import WINDOW_VARIABLE, Options, default_options, name
 
 UID = "vllm-specdec-overview"
 NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
-# The cluster variable exists when the rules keep a cluster label (config.CLUSTER_LABEL).
-CL, MODEL = c.CLUSTER_LABEL, c.LABEL_MODEL  # the model variable is named after its label
-SEL = (f'{CL}=~"${CL}", ' if CL else "") + f'namespace=~"$namespace", {MODEL}=~"${MODEL}"'
-BY = (f"{CL}, " if CL else "") + f"namespace, {MODEL}"
-LEGEND = "{{" + MODEL + "}}"
+MODEL = c.LABEL_MODEL
 DIAGNOSIS = m.name("diagnosis_info")
 BELOW, ABOVE = m.name("request_acceptance_below_ratio"), m.name("request_acceptance_above_ratio")
-
-
-def rule(level: str, metric: str, op: str, extra: str = "") -> str:
-    return f"{name(level, metric, op)}{{{SEL}{', ' + extra if extra else ''}}}"
-
-
-def ratio(metric: str, level: str = NS, extra: str = "") -> str:
-    return rule(level, metric, "ratio_rate$window", extra)
-
-
-def rate(metric: str, level: str = NS) -> str:
-    return rule(level, metric, "rate$window")
-
-
 AL_STEPS = steps((None, "red"), (1 + c.DEFAULT_COLLAPSE_MARGIN, "orange"), (1.5, "green"))
 RATE_STEPS = steps((None, "red"), (0.05, "orange"), (0.4, "green"))
 NEUTRAL = steps((None, "blue"))
-K = f"max by ({BY}) ({rule(POD, 'num_speculative_tokens', 'max')})"
-BASELINE = f"max by ({BY}) ({rule(POD, 'baseline_mean_acceptance_length', 'max')})"
 HEALTH = m.name("health")  # an OpenMetrics StateSet: the state is in a label named after the family
-ENGINE_AL = rule(ENG, "mean_acceptance_length", "ratio_rate$window")
 
 
-def dashboard() -> Json:
+def dashboard(o: Options | None = None) -> Json:
+    """The overview over the rules ``o`` generates: its labels, its recorded windows."""
+    o = o or default_options()
+    # Each label's variable is named after the label; the cluster variable exists when the
+    # rules keep a cluster label (Options.cluster_label).
+    CL, NSL, PODL = o.cluster_label, o.namespace_label, o.pod_label
+    SEL = (f'{CL}=~"${CL}", ' if CL else "") + f'{NSL}=~"${NSL}", {MODEL}=~"${MODEL}"'
+    BY = (f"{CL}, " if CL else "") + f"{NSL}, {MODEL}"
+    LEGEND = "{{" + MODEL + "}}"
+    ENGINE_LEGEND = "{{" + PODL + "}} engine {{" + c.LABEL_ENGINE + "}}"
+    first = name(NS, "drafts", f"rate{o.windows[0]}")  # what the variables' values are read from
+
+    def rule(level: str, metric: str, op: str, extra: str = "") -> str:
+        return f"{name(level, metric, op)}{{{SEL}{', ' + extra if extra else ''}}}"
+
+    def ratio(metric: str, level: str = NS, extra: str = "") -> str:
+        return rule(level, metric, f"ratio_rate{WINDOW_VARIABLE}", extra)
+
+    def rate(metric: str, level: str = NS) -> str:
+        return rule(level, metric, f"rate{WINDOW_VARIABLE}")
+
+    K = f"max by ({BY}) ({rule(POD, 'num_speculative_tokens', 'max')})"
+    BASELINE = f"max by ({BY}) ({rule(POD, 'baseline_mean_acceptance_length', 'max')})"
+    ENGINE_AL = rule(ENG, "mean_acceptance_length", f"ratio_rate{WINDOW_VARIABLE}")
 
     lay = Layout()
     lay.row("Health now")
@@ -58,7 +60,7 @@ def dashboard() -> Json:
         "Worst engine", "The lowest acceptance length of any single engine (data-parallel rank) over $window, and "
         "which one: a dead rank hides behind its siblings in every per-model figure. Healthy: close to the model's "
         "figure. Bad: near 1.0 (that rank collapsed) or far below its siblings.",
-        targets((f"bottomk(1, {ENGINE_AL})", "{{pod}} engine {{engine}}"), instant=True),
+        targets((f"bottomk(1, {ENGINE_AL})", ENGINE_LEGEND), instant=True),
         "none", AL_STEPS, text_mode="value_and_name", decimals=3), 5, 5)
     lay.add(stat(
         "Mean acceptance length", "Tokens per decode step: 1 + accepted / drafts, summed over engines, over $window. "
@@ -151,13 +153,13 @@ def dashboard() -> Json:
         "Requests at the acceptance extremes", f"Share of finished requests whose own acceptance was at or below "
         f"{low} or above {high}, over $window, from vLLM's per-request histogram (vllm:request_spec_decode_acceptance_"
         f"rate, vLLM PR #44487; empty without it). vLLM series need its /metrics scraped and bucket edges at {low} "
-        f"and {high}; the sidecar's series (1h window) read at the nearest edge, named in the legend. Bad: very low "
+        f"and {high}; the sidecar's series ({o.request_extremes_window} window) read at the nearest edge, named in the legend. Bad: very low "
         f"goes with garbled output, very high with repetition loops.",
         targets((f"{le(low)} / {count}", f"{LEGEND} <= {low}"),
                 (f"1 - {le(high)} / {count}", f"{LEGEND} > {high}"),
-                (f'max by ({BY}, edge) ({BELOW}{{{SEL}, window="1h"}})',
+                (f'max by ({BY}, edge) ({BELOW}{{{SEL}, {c.LABEL_WINDOW}="{o.request_extremes_window}"}})',
                  f"{LEGEND} <= {{{{edge}}}} (sidecar)"),
-                (f'max by ({BY}, edge) ({ABOVE}{{{SEL}, window="1h"}})',
+                (f'max by ({BY}, edge) ({ABOVE}{{{SEL}, {c.LABEL_WINDOW}="{o.request_extremes_window}"}})',
                  f"{LEGEND} > {{{{edge}}}} (sidecar)")),
         "percentunit", min_=0, max_=1), 24, 8)
 
@@ -175,14 +177,14 @@ def dashboard() -> Json:
         "short", min_=0), 12, 8)
 
     lay.row("Engines")
-    per_engine = rule(ENG, "mean_acceptance_length", "ratio_rate$window", 'engine=~"$engine"')
+    per_engine = rule(ENG, "mean_acceptance_length", f"ratio_rate{WINDOW_VARIABLE}", f'{c.LABEL_ENGINE}=~"$engine"')
     lay.add(timeseries(
         "Mean acceptance length per engine", "Per data-parallel engine (rank) of each pod, over $window. "
         "Bad: one rank standing out below the others.",
-        targets((per_engine, "{{pod}} engine {{engine}}")), "none", min_=1), 14, 9)
+        targets((per_engine, ENGINE_LEGEND)), "none", min_=1), 14, 9)
     lay.add(bars(
         "Acceptance length per engine now", "Per engine over $window, lowest first. Bad: one engine far below the rest.",
-        targets((f"sort({per_engine})", "{{pod}} engine {{engine}}"), instant=True), "none", AL_STEPS,
+        targets((f"sort({per_engine})", ENGINE_LEGEND), instant=True), "none", AL_STEPS,
         max_=c.MAX_SPECULATIVE_TOKENS + 1), 10, 9)
 
     itl = "vllm:inter_token_latency_seconds"
@@ -211,25 +213,24 @@ def dashboard() -> Json:
         templating=variables(
             *([g.Template(name=CL, label="Cluster", dataSource="${datasource}", includeAll=True, multi=True,
                           allValue=".*", default="$__all",
-                          query=f"label_values({name(NS, 'drafts', 'rate5m')}, {CL})")] if CL else []),
-            g.Template(name="namespace", label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
+                          query=f"label_values({first}, {CL})")] if CL else []),
+            g.Template(name=NSL, label="Namespace", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f"label_values({name(NS, 'drafts', 'rate5m')}" + (f'{{{CL}=~"${CL}"}}' if CL else "")
-                             + ", namespace)"),
+                       query=f"label_values({first}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + f", {NSL})"),
             g.Template(name=MODEL, label="Model", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f'label_values({name(NS, "drafts", "rate5m")}{{namespace=~"$namespace"}}, {MODEL})'),
+                       query=f'label_values({first}{{{NSL}=~"${NSL}"}}, {MODEL})'),
             g.Template(name="engine", label="Engine", dataSource="${datasource}", includeAll=True, multi=True,
                        allValue=".*", default="$__all",
-                       query=f'label_values({name(ENG, "drafts", "rate5m")}{{{SEL}}}, engine)'),
-            g.Template(name="window", label="Window", type="custom", query=",".join(c.RULE_WINDOWS),
-                       default=c.RULE_WINDOWS[0]),
+                       query=f'label_values({name(ENG, "drafts", f"rate{o.windows[0]}")}{{{SEL}}}, {c.LABEL_ENGINE})'),
+            g.Template(name=WINDOW_VARIABLE[1:], label="Window", type="custom", query=",".join(o.windows),
+                       default=o.detection_window if o.detection_window in o.windows else o.windows[0]),
         ),
         annotations=g.Annotations(list=[{
             "name": "Firing speculative-decoding alerts", "enable": True, "iconColor": "red",
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "expr": f'ALERTS{{alertname=~"VLLMSpecDecode.*", alertstate="firing", {SEL}}}',
-            "titleFormat": "{{alertname}}", "textFormat": f"{LEGEND} {{{{pod}}}}", "step": "60s",
+            "titleFormat": "{{alertname}}", "textFormat": f"{LEGEND} {{{{{PODL}}}}}", "step": "60s",
             "useValueForTime": False,
         }]),
     ))

@@ -81,7 +81,7 @@ def default_thresholds() -> dict[str, str]:
 class Options:
     """What a deployment may change without touching the expressions' shape."""
 
-    ranges: dict[str, str]  # window name -> PromQL range (tests shrink them)
+    ranges: dict[str, str]  # window name -> PromQL range (tests shrink them; missing: the name itself)
     fors: dict[str, str]  # alert -> for
     thresholds: dict[str, str]  # THRESHOLD_KEYS -> literal (the chart passes placeholders)
     runbook_base: str = c.RUNBOOK_BASE_URL
@@ -91,17 +91,28 @@ class Options:
     namespace_label: str = c.NAMESPACE_LABEL
     pod_label: str = c.POD_LABEL
     day_range: str = "1d"
-    drop_offset: str = "30m"
+    drop_offset: str = ""  # default: the trend window's range (the day before the trend window)
     unreachable_range: str = ""  # default: TARGET_UNREACHABLE_AFTER minus TargetDown's for
     profiles: tuple[BaselineProfile, ...] = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
     aliases: tuple[tuple[str, str], ...] = ()  # (served name, model name the profiles match) for the vllm-direct variant
     alias_placeholders: bool = False  # the Helm chart's copy: its template adds the aliases from values
+    # Every window suffix of a recorded name comes from here (the rate<w> / ratio_rate<w> names).
+    windows: tuple[str, ...] = c.RULE_WINDOWS  # the windows recorded
+    detection_window: str = c.DETECTION.window  # the ratio alerts' verdicts (the sidecar's health window)
+    trend_window: str = c.ALERT_TREND_WINDOW  # AcceptanceDropped, AcceptanceSuspiciouslyHigh
+    hourly_window: str = c.ALERT_HOURLY_WINDOW  # SpeculativeTokensWasted; the day's history (rate1d, NotDrafting)
+    request_extremes_window: str = c.ALERT_REQUEST_EXTREMES_WINDOW  # a sidecar window / vLLM-direct range
+
+    def range(self, window: str) -> str:
+        return self.ranges.get(window, window)
 
 
 def default_options(**changes: Any) -> Options:
-    ranges = {w: w for w in (*c.RULE_WINDOWS, c.ALERT_FAST_COLLAPSE_RANGE)}
-    return Options(ranges=ranges, fors=dict(DEFAULT_FORS),
-                   thresholds=default_thresholds(), **changes)
+    """The shipped options; ``windows`` (default config.RULE_WINDOWS, read now) also sets the ranges."""
+    windows = tuple(changes.pop("windows", c.RULE_WINDOWS))
+    ranges = {w: w for w in (*windows, c.ALERT_FAST_COLLAPSE_RANGE)}
+    return Options(ranges=ranges, fors=dict(DEFAULT_FORS), thresholds=default_thresholds(), windows=windows,
+                   **changes)
 
 
 def _minus(a: str, b: str) -> str:
@@ -121,7 +132,7 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
 
 
 ENGINE = "namespace_pod_model_name_engine"
-assert c.DETECTION.window in c.RULE_WINDOWS, "the detection window must be a recorded window"
+DAY = "1d"  # the day-long series' suffix: the mean of o.hourly_window rates over o.day_range
 
 
 def _sel(o: Options, extra: str = "") -> str:
@@ -163,8 +174,8 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
     counters = {"drafts": src.drafts, "draft_tokens": src.draft_tokens, "accepted_tokens": src.accepted,
                 "generation_tokens": src.generation}
     lv = levels(src, o)
-    for w in c.RULE_WINDOWS:
-        rng = o.ranges[w]
+    for w in o.windows:
+        rng = o.range(w)
         finer: str | None = None  # the level just recorded, which the next one sums
         for level, labels in lv:
             for metric, counter in counters.items():
@@ -216,14 +227,15 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
     if src is SIDECAR:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
-        k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, engine) ({src.per_pos}{sel})\n)")
+        k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)")
     record(name(level, "num_speculative_tokens", "max"), k_expr)
     record(name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
     for metric in ("drafts", "accepted_tokens"):
         # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
-        record(name(level, metric, "rate1d"), f"avg_over_time({name(level, metric, 'rate1h')}[{o.day_range}])")
-    record(name(level, "mean_acceptance_length", "ratio_rate1d"),
-           f"1 + {name(level, 'accepted_tokens', 'rate1d')} / ({name(level, 'drafts', 'rate1d')} > 0)")
+        record(name(level, metric, f"rate{DAY}"),
+               f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])")
+    record(name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
+           f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)")
     return rules
 
 
@@ -231,7 +243,18 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
 # (their meaning: THRESHOLD_MEANINGS), its expression builder and its annotations (summary, the
 # builder's description, likely cause) generate the rules, the Helm schema's alert names, the
 # runbook's index and the Alertmanager example's checks (tests/test_registry.py). ---
-WHERE = f"{{{{ $labels.{c.LABEL_MODEL} }}}} on {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}"
+def label(key: str) -> str:
+    """An alert annotation's reference to one of the alert's labels."""
+    return f"{{{{ $labels.{key} }}}}"
+
+
+def where(o: Options) -> str:
+    """'<model> on <namespace>/<pod>' in every description, with the labels the options name."""
+    return f"{label(c.LABEL_MODEL)} on {label(o.namespace_label)}/{label(o.pod_label)}"
+
+
+ENGINE_LABEL, POSITION_LABEL = label(c.LABEL_ENGINE), label(c.LABEL_POSITION)
+TARGET_AT_INSTANCE = f"Target {label(c.LABEL_TARGET)} of the exporter at {label('instance')}"
 
 
 @dataclass(frozen=True)
@@ -253,25 +276,26 @@ class X:
     pos5: str
     collapse: str
     k: str
-    al30: str
-    d30: str
+    where: str  # the server an alert names, from o's labels
+    altr: str  # AL and drafts over the trend window
+    dtr: str
 
 
 def _context(src: Source, o: Options) -> X:
     L, lv = c.ALERT_LEVEL, dict(levels(src, o))
-    t, w = o.thresholds, c.DETECTION.window
+    t, w, tr = o.thresholds, o.detection_window, o.trend_window
     return X(src=src, o=o, lv=lv, t=t, on=f"on({by(lv[L])})", eon=f"on({by(lv[ENGINE])})",
              floor=t["min_drafts_per_second"], w=w,
              al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"), d5=name(L, "drafts", f"rate{w}"),
              eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), ed5=name(ENGINE, "drafts", f"rate{w}"),
              pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"), collapse=f"1 + {t['collapse_margin']}",
-             k=name(L, "num_speculative_tokens", "max"),
-             al30=name(L, "mean_acceptance_length", "ratio_rate30m"), d30=name(L, "drafts", "rate30m"))
+             k=name(L, "num_speculative_tokens", "max"), where=where(o),
+             altr=name(L, "mean_acceptance_length", f"ratio_rate{tr}"), dtr=name(L, "drafts", f"rate{tr}"))
 
 
 def _collapsed(x: X) -> tuple[str, str]:
     return (f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
-            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {x.w} (1.0 means no draft "
+            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over {x.w} (1.0 means no draft "
             f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
             f"suspect the draft head (quantised conversion, loader) or draft sampling.")
 
@@ -279,11 +303,11 @@ def _collapsed(x: X) -> tuple[str, str]:
 def _collapsed_fast(x: X) -> tuple[str, str]:
     # The fast page: at production traffic a collapse is certain within a couple of minutes
     # (config.ALERT_FAST_COLLAPSE_*: the binomial bound); below the floor the slow path pages.
-    fr = x.o.ranges.get(c.ALERT_FAST_COLLAPSE_RANGE, c.ALERT_FAST_COLLAPSE_RANGE)
+    fr = x.o.range(c.ALERT_FAST_COLLAPSE_RANGE)
     fd = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.drafts}{_sel(x.o)}[{fr}]))"
     fa = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.accepted}{_sel(x.o)}[{fr}]))"
     return (f"1 + {fa}\n  / ({fd} >= {x.t['fast_collapse_min_drafts_per_second']})\n< {x.collapse}",
-            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over the last "
+            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over the last "
             f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {x.t['fast_collapse_min_drafts_per_second']} drafts/s: "
             f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
             f"(quantised conversion, loader) or draft sampling.")
@@ -291,7 +315,7 @@ def _collapsed_fast(x: X) -> tuple[str, str]:
 
 def _engine_collapsed(x: X) -> tuple[str, str]:
     return (f"{x.eal5} < {x.collapse}\nand {x.eon} {x.ed5} > {x.floor}\nunless {x.on} {x.al5} < {x.collapse}",
-            f"Engine {{{{ $labels.engine }}}} of {WHERE} has a mean acceptance length of "
+            f"Engine {ENGINE_LABEL} of {x.where} has a mean acceptance length of "
             f"{{{{ $value | printf \"%.3f\" }}}} over {x.w} with real traffic, while the server as a whole has not "
             f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
             f"is corrupt on that rank).")
@@ -301,7 +325,7 @@ def _engine_lagging(x: X) -> tuple[str, str]:
     f = x.t["engine_lag_fraction"]
     return (f"({x.eal5} - 1)\n  < {x.on} group_left() {f} * ({x.al5} - 1)\n"
             f"and {x.eon} {x.ed5} > {x.floor}\nunless {x.eon} {x.eal5} < {x.collapse}",
-            f"The speculative gain (mean acceptance length - 1) of engine {{{{ $labels.engine }}}} of {WHERE} is "
+            f"The speculative gain (mean acceptance length - 1) of engine {ENGINE_LABEL} of {x.where} is "
             f"{{{{ $value | printf \"%.3f\" }}}} over {x.w}, below {f} x the whole server's. "
             f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.")
 
@@ -309,7 +333,7 @@ def _engine_lagging(x: X) -> tuple[str, str]:
 def _position0_low(x: X) -> tuple[str, str]:
     return (f'max without(position) ({x.pos5}{{position="0"}}) < {x.t["position0_floor"]}\n'
             f'and {x.on} {x.d5} > {x.floor}',
-            f"Position 0 of {WHERE} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
+            f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
             f"(healthy MTP: 66 % or more, whatever k). Either a broken draft path (draft sampling, missing draft "
             f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
             f"same counters.")
@@ -319,21 +343,22 @@ def _below_baseline(x: X) -> tuple[str, str]:
     baseline = name(c.ALERT_LEVEL, "baseline_mean_acceptance_length", "max")
     f = x.t["degraded_fraction"]
     return (f"{x.al5}\n  < {x.on} 1 + {f} * ({baseline} - 1)\nand {x.on} {x.d5} > {x.floor}",
-            f"Mean acceptance length of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} over {x.w}, below "
+            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over {x.w}, below "
             f"1 + {f} x (baseline - 1) for its baseline profile "
             f"({baseline}).")
 
 
 def _dropped(x: X) -> tuple[str, str]:
     L, o = c.ALERT_LEVEL, x.o
-    al1d, d1d = name(L, "mean_acceptance_length", "ratio_rate1d"), name(L, "drafts", "rate1d")
+    al1d, d1d = name(L, "mean_acceptance_length", f"ratio_rate{DAY}"), name(L, "drafts", f"rate{DAY}")
     keep = f"(1 - {x.t['drop_fraction']})"
+    offset = o.drop_offset or o.range(o.trend_window)
     # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
-    return (f"({x.al30} - 1)\n  < {x.on} {keep} * ({al1d} offset {o.drop_offset} - 1)\n"
-            f"and {x.on} {x.d30} > {x.floor}\nand {x.on} {d1d} offset {o.drop_offset} > {x.floor}\n"
+    return (f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
+            f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
             f"and {x.on} (max_over_time({x.k}[{o.day_range}]) == {x.on} min_over_time({x.k}[{o.day_range}]))",
-            f"The speculative gain (mean acceptance length - 1) of {WHERE} is {{{{ $value | printf \"%.3f\" }}}} "
-            f"over the last 30m, more than {x.t['drop_fraction']} below its average over the previous day at the "
+            f"The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf \"%.3f\" }}}} "
+            f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
             f"same k.")
 
 
@@ -341,8 +366,8 @@ def _not_drafting(x: X) -> tuple[str, str]:
     L = c.ALERT_LEVEL
     g5 = name(L, "generation_tokens", f"rate{x.w}")
     return (f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
-            f"and {x.on} max_over_time({name(L, 'drafts', 'rate1h')}[{x.o.day_range}]) > {x.floor}",
-            f"{WHERE} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
+            f"and {x.on} max_over_time({name(L, 'drafts', f'rate{x.o.hourly_window}')}[{x.o.day_range}]) > {x.floor}",
+            f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
             f"drafting within the last day: speculative decoding is off or silently disabled.")
 
 
@@ -357,7 +382,7 @@ def _target_down(x: X) -> tuple[str, str]:
     return (f"(\n  {up}{_sel(o)} == 0\n  and ignoring(result) "
             f"increase({m.sample('exporter_polls')}{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
             f"or max_over_time({up}{_sel(o)}[{unreachable}]) == 0",
-            "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} either answers with something "
+            f"{TARGET_AT_INSTANCE} either answers with something "
             "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
             f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
             f"weight reload. See {m.sample('exporter_polls')} by result and the sidecar's log.")
@@ -368,7 +393,7 @@ def _target_inconsistent(x: X) -> tuple[str, str]:
     ok = f"increase({m.sample('exporter_polls')}{_sel(x.o, 'result=' + chr(34) + 'success' + chr(34))}[{w}])"
     return (f"increase({m.sample('exporter_inconsistent_polls')}{_sel(x.o)}[{w}])\n"
             f"  >= ignoring(result) {share} * {ok}\nand ignoring(result) {ok} > 0",
-            "Target {{ $labels.target }} of the exporter at {{ $labels.instance }} gave {{ $value | humanize }} "
+            f"{TARGET_AT_INSTANCE} gave {{{{ $value | humanize }}}} "
             f"inconsistent engine polls in {w} (counters that went down without a restart, drafts faster than "
             f"any engine, two servers behind one URL): they are not counted, so its figures and alerts are blind. "
             "See the sidecar's log (target_warning) for the reason.")
@@ -383,40 +408,41 @@ def _exporter_absent(x: X) -> tuple[str, str]:
 def _invariant(x: X) -> tuple[str, str]:
     if x.src is SIDECAR:
         return (f"increase({m.sample('exporter_invariant_violations')}{_sel(x.o)}[10m]) > 0",
-                "The exporter at {{ $labels.instance }} (target {{ $labels.target }}) saw {{ $value | humanize }} "
+                f"The exporter at {label('instance')} (target {label(c.LABEL_TARGET)}) saw {{{{ $value | humanize }}}} "
                 "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
                 "figures of the affected engine are suspect.")
     eb = by(x.lv[ENGINE])
-    rng, sel, src = x.o.ranges["5m"], _sel(x.o), x.src
+    rng, sel, src = x.o.range(x.w), _sel(x.o), x.src
     acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
     return (f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
             f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
             f"  > on({eb}) 0.001 * {acc} + 0.001",
-            f"Engine {{{{ $labels.engine }}}} of {WHERE} reports accepted tokens that exceed its draft tokens "
+            f"Engine {ENGINE_LABEL} of {x.where} reports accepted tokens that exceed its draft tokens "
             f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
 
 
 def _wasted(x: X) -> tuple[str, str]:
-    pos1h = name(c.ALERT_LEVEL, "position_acceptance_ratio", "ratio_rate1h")
+    hw = x.o.hourly_window
+    pos1h = name(c.ALERT_LEVEL, "position_acceptance_ratio", f"ratio_rate{hw}")
     clauses = [f'({pos1h}{{position="{i}"}} < {x.t["wasted_position_ratio"]} and {x.on} {x.k} == {i + 1})'
                for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
-    return ("(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', 'rate1h')} > {x.floor}",
-            f"The last draft position (position {{{{ $labels.position }}}}) of {WHERE} was accepted in "
-            f"{{{{ $value | humanizePercentage }}}} of drafts over 1h. Each draft still pays for it; consider "
-            f"num_speculative_tokens = {{{{ $labels.position }}}}.")
+    return ("(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', f'rate{hw}')} > {x.floor}",
+            f"The last draft position (position {POSITION_LABEL}) of {x.where} was accepted in "
+            f"{{{{ $value | humanizePercentage }}}} of drafts over {hw}. Each draft still pays for it; consider "
+            f"num_speculative_tokens = {POSITION_LABEL}.")
 
 
 def _suspicious(x: X) -> tuple[str, str]:
-    rate30 = name(c.ALERT_LEVEL, "acceptance_ratio", "ratio_rate30m")
-    return (f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.d30} > {x.floor}",
-            f"Draft acceptance of {WHERE} is {{{{ $value | humanizePercentage }}}} over 30m. Sustained acceptance "
+    rate30 = name(c.ALERT_LEVEL, "acceptance_ratio", f"ratio_rate{x.o.trend_window}")
+    return (f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.dtr} > {x.floor}",
+            f"Draft acceptance of {x.where} is {{{{ $value | humanizePercentage }}}} over {x.o.trend_window}. Sustained acceptance "
             f"this high goes with repetition loops (draft and target agree on repeating text).")
 
 
 def _request_extremes(x: X) -> tuple[str, str]:
     """vLLM's per-request histogram (PR #44487): vLLM-direct reads its buckets at le="0.05" and
     le="0.98" (no figure without those edges); the sidecar's gauges are read at its nearest edge."""
-    lb, w = by(x.lv[c.ALERT_LEVEL]), c.ALERT_REQUEST_EXTREMES_WINDOW
+    lb, w = by(x.lv[c.ALERT_LEVEL]), x.o.request_extremes_window
     share, least = c.ALERT_REQUEST_EXTREMES_SHARE, c.ALERT_REQUEST_EXTREMES_MIN_REQUESTS
     low, high = f"{c.REQUEST_ACCEPTANCE_LOW:g}", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"
     if x.src is SIDECAR:
@@ -424,14 +450,14 @@ def _request_extremes(x: X) -> tuple[str, str]:
         below, above = (f"max by ({lb}) ({m.name(f'request_acceptance_{side}_ratio')}{sel})" for side in ("below", "above"))
         finished = f"max by ({lb}) ({m.name('window_requests')}{sel})"
     else:
-        rng, h = x.o.ranges[w], c.VLLM_V1_REQUEST_ACCEPTANCE
+        rng, h = x.o.range(w), c.VLLM_V1_REQUEST_ACCEPTANCE
         finished = f"sum by ({lb}) (increase({h}_count{_sel(x.o)}[{rng}]))"
 
         def le(edge: str) -> str:
             return f"sum by ({lb}) (increase({h}_bucket{_sel(x.o, f'le={chr(34)}{edge}{chr(34)}')}[{rng}]))"
         below, above = f"{le(low)} / on({lb}) {finished}", f"1 - {le(high)} / on({lb}) {finished}"
     return (f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
-            f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {WHERE} had a draft "
+            f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {x.where} had a draft "
             f"acceptance at or below {low} or above {high} (vLLM's per-request histogram). Very low goes with garbled output, "
             f"very high with repetition loops; look at the dashboard's extremes panel for which end.")
 
@@ -556,12 +582,50 @@ def alert_rules(src: Source, o: Options) -> list[Rule]:
 
 
 def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
+    """One variant's rules; raises DanglingReference when a rule reads a recorded series no rule records."""
     o = o or default_options()
     src = VARIANTS[variant]
+    recording, alerting = recording_rules(src, o), alert_rules(src, o)
+    check_references(f"{variant} rules", recorded(recording), {
+        (r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*recording, *alerting)}, o)
     return {"groups": [
-        {"name": f"vllm-specdec-recording-{variant}", "rules": recording_rules(src, o)},
-        {"name": f"vllm-specdec-alerts-{variant}", "rules": alert_rules(src, o)},
+        {"name": f"vllm-specdec-recording-{variant}", "rules": recording},
+        {"name": f"vllm-specdec-alerts-{variant}", "rules": alerting},
     ]}
+
+
+# --- Dangling references: a rule or a dashboard panel that reads a recording rule nobody records
+# would silently never fire / stay empty. Generation fails instead, naming the reader and the series. ---
+# Recorded names of our own prefix (level:vllm_specdec_metric:op); a dashboard's op may hold $window.
+RECORDED_NAME = re.compile(rf"(?<![A-Za-z0-9_:$])[A-Za-z_][A-Za-z0-9_]*:{P}_[A-Za-z0-9_]+:[A-Za-z0-9_$]+")
+WINDOW_VARIABLE = "$window"
+
+
+class DanglingReference(ValueError):
+    """A generated rule or dashboard reads a recorded series that no recording rule defines."""
+
+
+def recorded(rules: Iterable[Rule]) -> set[str]:
+    return {r["record"] for r in rules if "record" in r}
+
+
+def references(expr: str, windows: Iterable[str] = ()) -> set[str]:
+    """The recorded names of our prefix an expression reads; $window expanded over ``windows``."""
+    found = set(RECORDED_NAME.findall(expr))
+    return {n.replace(WINDOW_VARIABLE, w) for n in found for w in (windows if WINDOW_VARIABLE in n else ("",))}
+
+
+def check_references(where: str, defined: set[str], readers: dict[str, str], o: Options,
+                     windows: Iterable[str] = ()) -> None:
+    """Fail on the first reader (an alert, a rule, a panel) whose expression reads an unrecorded series."""
+    windows = tuple(windows)
+    for reader, expr in readers.items():
+        missing = sorted(references(expr, windows) - defined)
+        if missing:
+            raise DanglingReference(
+                f"{where}: {reader} reads {', '.join(missing)}, which no recording rule defines (recorded windows: "
+                f"{', '.join(o.windows)}; detection {o.detection_window}, trend {o.trend_window}, hourly "
+                f"{o.hourly_window}: each must be a recorded window)")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -657,9 +721,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chart-schema", help="the Helm chart's values.schema.json: its alert names")
     parser.add_argument("--check", action="store_true", help="fail if the committed files differ")
     args = parser.parse_args(argv)
-    stale = write_or_check(render_all(), Path(args.out_dir), args.check)
+    try:
+        files, chart_files = render_all(), render_chart_files()
+    except DanglingReference as e:
+        print(f"cannot generate: {e}", file=sys.stderr)
+        return 2
+    stale = write_or_check(files, Path(args.out_dir), args.check)
     if args.chart_files:
-        stale += write_or_check(render_chart_files(), Path(args.chart_files), args.check)
+        stale += write_or_check(chart_files, Path(args.chart_files), args.check)
     if (Path(args.out_dir) / "runbook.md").exists():
         stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
     if args.chart_schema:
