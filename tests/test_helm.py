@@ -230,6 +230,9 @@ def test_dashboard_configmaps_hold_the_committed_dashboards():
     (["--set", "mode=sidecars"], "at '/mode': value must be one of 'sidecar', 'standalone'"),
     (["--set", "prometheusRule.alerts.VLLMSpecDecodeCollapsed.disabled=true"], "additional properties 'VLLMSpecDecodeCollapsed' not allowed"),
     (["--set", "config.health.collapse_margin=low"], "collapse_margin"),
+    # The alerts judge over 5m: the exporter's health may not judge over another window.
+    (["--set", "config.health.window=1m"], "config.health.window: 1m is refused: the chart's alerts judge over 5m"),
+    (["--set-json", 'config.windows=["1m","15m"]'], "config.windows: [1m 15m] lacks 5m"),
     (["--set", "prometheusRule.alerts.VLLMSpecDecodeAcceptanceCollapsed.threshold=1.05"], "threshold"),
     (["--set", "port=70000"], "/port"),
     (["--set", "podMonitor.interval=often"], "/podMonitor/interval"),

@@ -670,7 +670,9 @@ def render_chart_files() -> dict[str, str]:
                     dashboard_url="", alias_placeholders=True, selector=SELECTOR_PLACEHOLDER)
     header = HEADER + "# Helm chart copy: the __NAME__ placeholders are filled by templates/prometheusrule.yaml.\n"
     out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
-    defaults = {"runbookBase": o.runbook_base,
+    # The window the alerts judge over: the chart refuses a config.health.window (or config.windows
+    # without it) that would make the exporter's health judge over another (templates/configmap.yaml).
+    defaults = {"runbookBase": o.runbook_base, "window": o.detection_window,
                 "thresholds": {k: float(v) for k, v in o.thresholds.items()},
                 "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS],
                 # config.baselines.aliases: the template adds "|<served name>" where a profile's
