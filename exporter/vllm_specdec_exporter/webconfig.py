@@ -296,10 +296,27 @@ def _http_server_config(http: object) -> dict[str, str]:
         raise ConfigError("http_server_config.headers", "expected a mapping of header: value")
     for name, value in headers.items():
         if name not in HEADERS:
-            raise ConfigError(f"http_server_config.headers.{name}", f"cannot be configured (valid: {', '.join(HEADERS)})")
+            shown = name if isinstance(name, str) and len(name) <= 60 and name.isprintable() else _show(name)
+            raise ConfigError(f"http_server_config.headers.{shown}",
+                              f"cannot be configured (valid: {', '.join(HEADERS)})")
+        key = f"http_server_config.headers.{name}"
+        if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
+            raise ConfigError(key, f"expected a string, not a {type(value).__name__}")
+        if isinstance(value, str) and any((c < " " and c != "\t") or c >= "\x7f" for c in value):
+            # aiohttp would refuse to send it: every response, /healthz included, would fail.
+            raise ConfigError(key, "contains a control character (CR, LF, NUL, ...) or a non-ASCII one: a header "
+                                   "value is one line of printable ASCII")
         if HEADERS[name] and value not in HEADERS[name]:
-            raise ConfigError(f"http_server_config.headers.{name}", f"{value!r} is not one of {', '.join(HEADERS[name])}")
+            raise ConfigError(key, f"{_show(value)} is not one of {', '.join(HEADERS[name])}")
     return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """``value`` for an error message: repr'd, cut to ``limit`` characters (never a whole
+    file's worth in one log line)."""
+    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else \
+        f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _rate_limit(rate: object) -> tuple[float, int] | None:
