@@ -143,7 +143,7 @@ def test_alert_overrides_disable_threshold_for_and_runbook(tmp_path):
     # AND what every collapse alert compares against.
     (cm,) = [d for d in by_kind(docs, "ConfigMap") if "config.yaml" in d.get("data", {})]
     exporter = build_settings(yaml.safe_load(cm["data"]["config.yaml"]), {})
-    assert exporter.collapse_margin == 0.05
+    assert exporter.detection.collapse_margin == 0.05
     assert exporter.profile_aliases == {"DSV4-W4A16-FP8-MTP": "deepseek-ai/DeepSeek-V4-Pro"}
     collapsed = alerts["VLLMSpecDecodeAcceptanceCollapsed"]
     assert "ratio_rate5m < 1 + 0.05\n" in collapsed["expr"] and collapsed["for"] == "5m"

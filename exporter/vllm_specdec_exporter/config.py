@@ -172,6 +172,9 @@ class Detection:
     # engines differ by noise (~5 %); a rank at the broken-head figures among seven
     # healthy ones has a gain of 0.036 against 1.41.
     engine_lag_fraction: float = 0.75
+    # Drafts a window needs before it is judged or gets ratio gauges (the YAML config's
+    # top-level `min_drafts`, not a `health:` key).
+    min_drafts: int = DEFAULT_MIN_DRAFTS
 
 
 DETECTION = Detection()
@@ -192,7 +195,7 @@ DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
 # loops, a broken detector or broken metrics. No real workload in baselines.md exceeds 96 %.
 DIAG_TOO_GOOD_ACCEPTANCE = 0.98
 # The names shared by config.yaml's `health:`, Helm's `config.health` and rules.py.
-DETECTION_KEYS = tuple(Detection.__dataclass_fields__)
+DETECTION_KEYS = tuple(k for k in Detection.__dataclass_fields__ if k != "min_drafts")
 
 # --- Health (vllm_specdec_health, a StateSet) ---
 DEFAULT_HEALTH_WINDOW = DETECTION.window

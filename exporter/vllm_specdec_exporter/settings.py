@@ -19,7 +19,38 @@ from .adapters import PRODUCERS
 from .model import BaselineProfile
 from .sources import redact_url
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a target's name (the Helm schema's pattern is generated from it)
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The valid range of one numeric key, both ends included."""
+
+    low: float
+    high: float
+    integer: bool = False
+
+
+# The one table of numeric limits, by config key ("[]": each item of a list). build_settings
+# checks every one of these keys against it, and the Helm chart's values.schema.json is
+# generated from it (generators/schema.py, `make generate`; tests check both for drift), so
+# the chart refuses what the exporter would refuse at start-up.
+LIMITS: dict[str, Limit] = {
+    "min_drafts": Limit(1, 1e12, integer=True),
+    "max_payload_bytes": Limit(1024, 1 << 31, integer=True),
+    "max_series_per_target": Limit(1, 1e6, integer=True),
+    "health.min_drafts_per_second": Limit(0.0, 1e9),
+    "health.collapse_margin": Limit(0.0, 1.0),
+    "health.position0_floor": Limit(0.0, 1.0),
+    "health.degraded_fraction": Limit(0.0, 1.0),
+    "health.engine_lag_fraction": Limit(0.0, 1.0),
+    "baselines.profiles[].k": Limit(1, config.MAX_K, integer=True),
+    # AL = 1 + accepted / drafts <= k + 1 (checked per profile too).
+    "baselines.profiles[].mean_acceptance_length": Limit(1.0, config.MAX_K + 1),
+}
+TARGET_KEYS = ("name", "url", "method", "bearer_token_file", "producer")
+PROFILE_KEYS = ("name", "model", "k", "method", "mean_acceptance_length")
+PROFILE_REQUIRED = ("name", "model", "k", "mean_acceptance_length")
 
 
 class ConfigError(ValueError):
@@ -46,29 +77,26 @@ class Settings:
     poll_timeout: float
     max_backoff: float
     windows: tuple[tuple[str, float], ...]  # (label, seconds), shortest first
-    min_drafts: int
     staleness: float
     max_payload_bytes: int
     max_series_per_target: int
-    health_window: str
-    collapse_margin: float
-    degraded_fraction: float
+    # The health: keys (same names as the rules generator's thresholds) and min_drafts.
+    detection: config.Detection
     baselines: tuple[BaselineProfile, ...]
     log_format: str
     log_level: str
     web_config_file: str | None = None  # TLS / basic auth, exporter-toolkit format
-    # The rest of config.Detection (health: keys, same names as the rules generator's).
-    min_drafts_per_second: float = config.DETECTION.min_drafts_per_second
-    position0_floor: float = config.DETECTION.position0_floor
-    engine_lag_fraction: float = config.DETECTION.engine_lag_fraction
     # Served model name -> the name baseline profiles are matched against
     # (e.g. --served-model-name DSV4-W4A16-FP8-MTP -> deepseek-ai/DeepSeek-V4-Pro).
     profile_aliases: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def detection(self) -> config.Detection:
-        return config.Detection(self.health_window, self.min_drafts_per_second, self.collapse_margin,
-                                self.position0_floor, self.degraded_fraction, self.engine_lag_fraction)
+    def health_window(self) -> str:
+        return self.detection.window
+
+    @property
+    def min_drafts(self) -> int:
+        return self.detection.min_drafts
 
     @property
     def listen_address(self) -> str:
@@ -94,6 +122,12 @@ def canonical_duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds * 1000:g}ms"
+
+
+def _limited(key: str, value: Any, limit_key: str | None = None) -> float:
+    """``value`` checked against LIMITS[limit_key or key]; errors name ``key``."""
+    limit = LIMITS[limit_key or key]
+    return _number(key, value, limit.low, limit.high, limit.integer)
 
 
 def _number(key: str, value: Any, low: float, high: float, integer: bool = False) -> float:
@@ -158,7 +192,7 @@ def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict[str, str]]:
 
 
 def _target(key: str, raw: Any) -> Target:
-    raw = _mapping(key, raw, ("name", "url", "method", "bearer_token_file", "producer"))
+    raw = _mapping(key, raw, TARGET_KEYS)
     if "url" not in raw:
         raise ConfigError(f"{key}.url", "missing (an http(s) URL of vLLM's /metrics)")
     name = raw.get("name", config.DEFAULT_TARGET_NAME)
@@ -178,16 +212,17 @@ def _target(key: str, raw: Any) -> Target:
 
 
 def _profile(key: str, raw: Any) -> BaselineProfile:
-    raw = _mapping(key, raw, ("name", "model", "k", "method", "mean_acceptance_length"))
-    for required in ("name", "model", "k", "mean_acceptance_length"):
+    raw = _mapping(key, raw, PROFILE_KEYS)
+    for required in PROFILE_REQUIRED:
         if required not in raw:
             raise ConfigError(f"{key}.{required}", "missing")
     try:
         pattern = re.compile(_safe_pattern(f"{key}.model", str(raw["model"])))
     except re.error as e:
         raise ConfigError(f"{key}.model", f"{raw['model']!r} is not a regular expression: {e}") from None
-    k = int(_number(f"{key}.k", raw["k"], 1, config.MAX_K, integer=True))
-    al = float(_number(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"], 1.0, 65.0))
+    k = int(_limited(f"{key}.k", raw["k"], "baselines.profiles[].k"))
+    al = float(_limited(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"],
+                        "baselines.profiles[].mean_acceptance_length"))
     if al > k + 1:
         raise ConfigError(f"{key}.mean_acceptance_length", f"{al:g} exceeds k+1={k + 1}")
     return BaselineProfile(str(raw["name"]), pattern, k, al, raw.get("method"))
@@ -334,6 +369,11 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     health_window = canonical_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
     if health_window not in dict(windows):
         raise ConfigError("health.window", f"{health_window!r} is not one of the windows {[w for w, _ in windows]}")
+    detection = config.Detection(
+        window=health_window,
+        min_drafts=int(_limited("min_drafts", data.get("min_drafts", config.DETECTION.min_drafts))),
+        **{k: float(_limited(f"health.{k}", health.get(k, getattr(config.DETECTION, k))))
+           for k in config.DETECTION_KEYS if k != "window"})
 
     profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(baselines.get("profiles") or [])]
     include_defaults = baselines.get("include_defaults", True)
@@ -352,24 +392,13 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         poll_timeout=timeout,
         max_backoff=max_backoff,
         windows=tuple(windows),
-        min_drafts=int(_number("min_drafts", data.get("min_drafts", config.DEFAULT_MIN_DRAFTS), 1, 1e12, True)),
         staleness=_duration("staleness", data.get("staleness", config.DEFAULT_STALENESS)),
-        max_payload_bytes=int(_number("max_payload_bytes", data.get("max_payload_bytes",
-                                      config.DEFAULT_MAX_PAYLOAD_BYTES), 1024, 1 << 31, True)),
-        max_series_per_target=int(_number("max_series_per_target", data.get("max_series_per_target",
-                                          config.DEFAULT_MAX_SERIES_PER_TARGET), 1, 1e6, True)),
-        health_window=health_window,
-        collapse_margin=float(_number("health.collapse_margin",
-                                      health.get("collapse_margin", config.DEFAULT_COLLAPSE_MARGIN), 0.0, 1.0)),
-        degraded_fraction=float(_number("health.degraded_fraction",
-                                        health.get("degraded_fraction", config.DEFAULT_DEGRADED_FRACTION), 0.0, 1.0)),
+        max_payload_bytes=int(_limited("max_payload_bytes", data.get("max_payload_bytes",
+                                                                     config.DEFAULT_MAX_PAYLOAD_BYTES))),
+        max_series_per_target=int(_limited("max_series_per_target", data.get("max_series_per_target",
+                                                                             config.DEFAULT_MAX_SERIES_PER_TARGET))),
+        detection=detection,
         baselines=tuple(profiles),
-        min_drafts_per_second=float(_number("health.min_drafts_per_second", health.get(
-            "min_drafts_per_second", config.DETECTION.min_drafts_per_second), 0.0, 1e9)),
-        position0_floor=float(_number("health.position0_floor", health.get(
-            "position0_floor", config.DETECTION.position0_floor), 0.0, 1.0)),
-        engine_lag_fraction=float(_number("health.engine_lag_fraction", health.get(
-            "engine_lag_fraction", config.DETECTION.engine_lag_fraction), 0.0, 1.0)),
         profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),

@@ -27,6 +27,7 @@ from .. import metrics as m
 from ..model import BaselineProfile
 from ..settings import default_profiles
 from .output import exit_status, update_or_check, write_or_check
+from .schema import with_schema_config
 
 Rule = dict[str, Any]  # one recording or alerting rule, as Prometheus's YAML has it
 
@@ -733,8 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         stale += write_or_check(chart_files, Path(args.chart_files), args.check)
     if (Path(args.out_dir) / "runbook.md").exists():
         stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
-    if args.chart_schema:
-        stale += update_or_check(Path(args.chart_schema), with_schema_alerts, args.check)
+    if args.chart_schema:  # the alert names from ALERTS, `config` from the settings module
+        stale += update_or_check(Path(args.chart_schema), lambda t: with_schema_config(with_schema_alerts(t)),
+                                 args.check)
     return exit_status(stale)
 
 
