@@ -46,6 +46,7 @@ import ipaddress
 import os
 import secrets
 import ssl
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -103,6 +104,7 @@ HEADERS: dict[str, tuple[str, ...]] = {
 TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "client_ca", "client_allowed_sans",
             "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+WEB_CONFIG_MAX_BYTES = 1 << 20  # a web config is a few hundred bytes; more is refused unread
 RATE_LIMIT_CLIENTS = 1024  # rate-limit buckets kept (least recently used dropped first)
 
 
@@ -194,9 +196,55 @@ def _path(key: str, value: object, base: Path, files: list[str]) -> str:
         raise ConfigError(key, "must be a file path")
     path = (base / value) if not Path(value).is_absolute() else Path(value)
     files.append(str(path))
-    if not path.is_file():
-        raise ConfigError(key, f"no such file: {path}")
+    _regular_file(key, str(path))
     return str(path)
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "not a file")
+
+
+def _regular_file(key: str, path: str) -> os.stat_result:
+    """``path``'s stat (symlinks followed, as a Kubernetes Secret's are), if it is a
+    regular file: a FIFO would block whoever opens it, a device never ends."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(key, f"no such file: {path}") from None
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(key, f"{path} is not a regular file ({_kind(st.st_mode)})")
+    return st
+
+
+def _read_capped(key: str, path: str, limit: int = WEB_CONFIG_MAX_BYTES) -> bytes:
+    """The file's bytes, if it is a regular file of at most ``limit`` bytes. Opened
+    without blocking (a FIFO swapped in after the stat opens at once, and is refused
+    by its fstat), read no further than the limit."""
+    if _regular_file(key, path).st_size > limit:
+        raise ConfigError(key, f"{path} is larger than {limit:,} bytes")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(key, f"{path} is not a regular file ({_kind(mode)})")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, min(65536, limit + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ConfigError(key, f"{path} is larger than {limit:,} bytes")
+    return b"".join(chunks)
 
 
 def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
@@ -358,11 +406,10 @@ def load_web_config(path: str, seen: list[str] | None = None) -> WebConfig:
 def _load_web_config(path: str, files: list[str]) -> WebConfig:
     key = "--web.config.file"
     files.append(str(Path(path)))
+    text = _read_capped(key, path)
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(key, f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        data = yaml.safe_load(text.decode("utf-8")) or {}
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
         first = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
         raise ConfigError(key, f"cannot read {path}: {first}") from None  # never quote the file: it may hold a key
     if not isinstance(data, dict):
