@@ -7,18 +7,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
-
 
 from . import __version__, config
 from .adapters import PRODUCERS, extract
-from .model import series_name
 from .derive import delta_engines
-from .model import Snapshot
+from .health import Verdict, judge, match_profile
+from .model import Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
 from .sources import SourceError, credentials, read_source, redact_url, scrub
-from .summary import summarize
+from .summary import Judge, summarize
 
 PROG = "vllm-specdec-exporter"
 
@@ -112,9 +112,24 @@ def _shown(source: str) -> str:
 
 def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     snap = _load(args.source, args)
-    summary = summarize(snap.engines, None, snap.warnings)
+    summary = summarize(snap.engines, None, snap.warnings, _verdict(None))
     shown = _shown(args.source)
     return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
+
+
+def _verdict(span: float | None, restarted: Sequence[SeriesKey] = ()) -> Judge:
+    """The sidecar's classifier on the CLI's interval: the built-in profiles, the restarts seen
+    between the dumps; nothing earlier (no workload shift is claimed from one interval)."""
+    from .settings import default_profiles
+
+    profiles = default_profiles()
+
+    def verdict(model: str, engines: Mapping[str, Counters]) -> Verdict:
+        k = max((c.k for c in engines.values()), default=0)
+        changes = [f"a restart of engine {e} between the dumps" for m, e in restarted if m == model]
+        return judge(engines, span, match_profile(profiles, model, k, None), config.DETECTION,
+                     config.DEFAULT_MIN_DRAFTS, changes)
+    return verdict
 
 
 def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
@@ -147,16 +162,20 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         shown = " -> ".join(map(_shown, args.sources))
     if before.producer != after.producer:
         raise UsageError(f"the two sources come from different producers ({before.producer}, {after.producer})")
-    deltas = delta_engines(before.engines, after.engines, series_name)
-    warnings = [*before.warnings, *after.warnings, *deltas.warnings]
+    deltas = delta_engines(before.engines, after.engines, series_name, interval)
     shared = before.engines.keys() & after.engines.keys()
+    if shared and len(deltas.refused) == len(shared):
+        key, reason = deltas.refused[0]
+        raise ParseError(f"{shown}: not an interval of the same engines ({series_name(key)}: {reason}"
+                         f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''})")
+    warnings = [*before.warnings, *after.warnings, *deltas.warnings]
     if shared and set(deltas.restarted) == shared:
         # Every engine went down at once: likelier the dumps in the wrong order than N restarts. One line.
         went_down = tuple(f"{series_name(key)}: counters went down" for key in shared)
         warnings = [w for w in warnings if not w.startswith(went_down)]
         warnings.insert(0, f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
                            f"look swapped (give the older first), or the whole server restarted; counted from zero")
-    summary = summarize(deltas.counters, interval, warnings)
+    summary = summarize(deltas.counters, interval, warnings, _verdict(interval, deltas.restarted))
     return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
 

@@ -181,16 +181,21 @@ DETECTION = Detection()
 
 # --- Diagnosis: the likely cause of a fall, from the same counters (health.diagnose). A hint,
 # never a certainty: where two causes fit, both are named. Figures from baselines.md. ---
-CAUSES = ("draft_head_garbage", "chain_break", "one_rank", "configuration_change", "workload_shift", "too_good")
+CAUSES = ("draft_head_garbage", "draft_head_partial", "chain_break", "draft_shorter_than_k", "one_rank",
+          "configuration_change", "workload_shift", "too_good")
 # Draft head garbage: position 0 accepted in under 10 % of drafts on EVERY engine. Broken:
 # the bad MTP conversion 3.6 % (235 / 6590), the mis-wired k=3 layer 7 %. Not broken: the
 # lowest is random-token load at 14.9 % (healthy real traffic >= 66 %).
 DIAG_GARBAGE_POSITION0 = 0.10
-# Chain break: position 0 healthy (>= Detection.position0_floor) but a later position's
-# conditional acceptance under 10 %. Healthy conditionals: V4-Pro 0.743 at position 1, the
-# golden curves >= 0.2 up to k=5; a draft trained for 1 step (or a mis-wired later layer)
-# gives ~0 beyond it.
+# Chain break: position 0 not garbage (>= DIAG_GARBAGE_POSITION0) but a later position's
+# conditional acceptance under 10 %, whether or not the verdict fell. Healthy conditionals:
+# V4-Pro 0.743 at position 1, the golden curves >= 0.2 up to k=5; a draft trained for 1
+# step (or a mis-wired later layer) gives ~0 beyond it. A position at exactly 0 is not a
+# break but a draft shorter than k (DSpark's 5-token block at k=7), or k lowered (diff).
 DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
+# A workload shift needs a fall seen over time: AL - 1 over the health window below this
+# fraction of the longest window's, with no restart or k change (the Dropped alert's 40 %).
+DIAG_FALL_FRACTION = 0.6
 # Too good to be true: acceptance above this (the SuspiciouslyHigh alert's 98 %): repetition
 # loops, a broken detector or broken metrics. No real workload in baselines.md exceeds 96 %.
 DIAG_TOO_GOOD_ACCEPTANCE = 0.98

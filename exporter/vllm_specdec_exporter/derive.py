@@ -40,6 +40,36 @@ def align_k(before: Counters, after: Counters) -> Counters:
     return before
 
 
+RESTART = "restart"
+CONSISTENT = "consistent"
+
+
+def _series(c: Counters) -> list[float]:
+    return [c.drafts, c.draft_tokens, c.accepted, *c.per_position]
+
+
+def classify(base: Counters, now: Counters, seconds: float) -> str:
+    """CONSISTENT, RESTART, or why the pair is inconsistent (a fixed phrase): the one reading
+    of two samples of an engine, for the sidecar's polls (history.py) and diff's dumps
+    (``seconds`` infinite when unknown). README "A glitch is not a restart"."""
+    base = align_k(base, now)
+    # A total at 0 (a head that never accepted) cannot go down: it does not vote against a restart.
+    totals_down = now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and (
+        now.accepted < base.accepted or base.accepted == 0)
+    if totals_down:
+        if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
+            return "counters went down, but not to near zero (another server's values?)"
+        return RESTART
+    if now.k != base.k:
+        return "k changed without a restart (positions cut off or added)"
+    # Generation tokens and the histogram are not compared here: each has its own _Side.
+    if any(a < b for b, a in zip(_series(base), _series(now), strict=True)):
+        return "only some counters went down"
+    if now.drafts - base.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
+        return "drafts grew faster than any engine can (another server's values?)"
+    return CONSISTENT
+
+
 def _restarted(before: Counters, after: Counters) -> bool:
     """By the spec-decode counters alone: generation tokens or the histogram going down
     (a cut scrape, other buckets) leave that series undefined, never restart the engine."""
@@ -113,28 +143,42 @@ class EngineDeltas:
     counters: dict[SeriesKey, Counters]
     restarted: tuple[SeriesKey, ...]
     warnings: tuple[str, ...]
+    refused: tuple[tuple[SeriesKey, str], ...] = ()  # pairs that are no interval, with the reason
 
 
 def delta_engines(
     before: Mapping[SeriesKey, Counters],
     after: Mapping[SeriesKey, Counters],
     describe: Callable[[SeriesKey], str] = str,
+    seconds: float | None = None,
 ) -> EngineDeltas:
-    """Per-engine deltas between two snapshots, naming what appeared, vanished or restarted."""
+    """Per-engine deltas between two scrapes, read as the sidecar reads two polls
+    (``classify``): a restart (every total went down) counts from zero; a pair no engine
+    could produce (only some counters went down, k changed without a restart) is left out
+    with its reason, never read as the engine's lifetime."""
     counters: dict[SeriesKey, Counters] = {}
     restarted: list[SeriesKey] = []
+    refused: list[tuple[SeriesKey, str]] = []
     warnings: list[str] = []
     for key, now in after.items():
         prev = before.get(key)
-        counters[key], reset = delta(prev, now)
-        if reset:
+        if prev is None:
+            counters[key] = now
+            warnings.append(f"{describe(key)}: not in the first scrape; counted from zero")
+            continue
+        verdict = classify(prev, now, math.inf if seconds is None else seconds)
+        if verdict == CONSISTENT:
+            counters[key] = delta(prev, now)[0]
+        elif verdict == RESTART:
+            counters[key] = now
             restarted.append(key)
             warnings.append(f"{describe(key)}: counters went down (restart); counted from zero")
-        elif prev is None:
-            warnings.append(f"{describe(key)}: not in the first scrape; counted from zero")
+        else:
+            refused.append((key, verdict))
+            warnings.append(f"{describe(key)}: not an interval ({verdict}); left out")
     for key in before.keys() - after.keys():
         warnings.append(f"{describe(key)}: in the first scrape only; left out")
-    return EngineDeltas(counters, tuple(restarted), tuple(warnings))
+    return EngineDeltas(counters, tuple(restarted), tuple(warnings), tuple(refused))
 
 
 def sum_counters(items: Iterable[Counters]) -> Counters:

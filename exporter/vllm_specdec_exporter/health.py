@@ -46,8 +46,10 @@ class Hint:
 
 CAUSE_TEXT = {
     "draft_head_garbage": "the draft head produces garbage (a broken quantised conversion or loader)",
+    "draft_head_partial": "a partly broken draft head (conversion, loader, draft sampling or context)",
     "chain_break": "the draft chain breaks after the first position (k beyond what the draft was trained for, "
                    "or a mis-wired later layer)",
+    "draft_shorter_than_k": "the draft produces fewer tokens than k (lower k, or fix the draft)",
     "one_rank": "one rank (a rank-specific load, device or node)",
     "configuration_change": "a configuration change (a restart, a new k, a new version)",
     "workload_shift": "a workload shift (traffic mix, temperature, synthetic random-token load), or a partly "
@@ -67,11 +69,45 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f} %"
 
 
+def _positions(ps: Sequence[int]) -> str:
+    return ("position " if len(ps) == 1 else "positions ") + ", ".join(map(str, ps))
+
+
+def _chain(total: Counters, min_drafts: int) -> list[Hint]:
+    """What the shape of the chain says, whatever the verdict: positions never accepted (a draft
+    shorter than k, or k lowered within the interval) and a chain that falls off after position 0."""
+    k, drafts = total.k, total.drafts
+    dead = [i for i in range(1, k) if all(v == 0 for v in total.per_position[i:])]
+    hints = []
+    if dead and total.per_position[0] > 0 and drafts >= max(min_drafts, 1):
+        per_draft = total.draft_tokens / drafts
+        if per_draft < dead[0] + 0.5:  # vLLM drafted only up to the dead positions: k itself changed
+            hints.append(Hint("configuration_change", f"{per_draft:.2f} draft tokens per draft while the series say "
+                                                      f"k={k}: k was {dead[0]} over this interval "
+                                                      f"({_positions(dead)} did not move)"))
+        else:
+            hints.append(Hint("draft_shorter_than_k", f"{_positions(dead)} accepted in exactly 0 of "
+                                                      f"{drafts:,.0f} drafts at k={k}: try k={dead[0]}"))
+    live = dead[0] if dead else k
+    pos0 = total.per_position[0] / drafts if k and drafts > 0 else 0.0
+    chain = (drafts, *total.per_position[:live])
+    broken = [i for i in range(1, live) if chain[i] > 0 and chain[i + 1] / chain[i] < config.DIAG_CHAIN_BREAK_CONDITIONAL]
+    if pos0 >= config.DIAG_GARBAGE_POSITION0 and broken:
+        i = broken[0]
+        hints.append(Hint("chain_break", f"position 0 accepted in {_pct(pos0)} of drafts, position {i} in "
+                                         f"{_pct(chain[i + 1] / chain[i])} of those that reached it"))
+    return hints
+
+
 def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, fell: bool | None = None,
-             changes: Sequence[str] = ()) -> tuple[Hint, ...]:
-    """Fingerprints of the causes in one window's counters. ``fell``: the verdict is degraded or
-    collapsed (None: decide from the counters alone, as report/diff do); ``changes``: what the
-    sidecar saw change in the window (restarts, k)."""
+             changes: Sequence[str] = (), earlier: tuple[str, float] | None = None) -> tuple[Hint, ...]:
+    """Fingerprints of the causes in one interval's counters: the one classifier every surface
+    uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
+
+    ``fell``: the verdict is degraded or collapsed (None: from the counters alone);
+    ``changes``: restarts and k changes seen over the interval; ``earlier``: (label, AL - 1)
+    over a longer earlier period when known (the sidecar's longest window; never in report
+    or diff): only a fall seen there, with no change, is called a workload shift."""
     judged = {e: c for e, c in engines.items()
               if c.drafts >= max(min_drafts, 1) and c.k and not invariant_violations(c, "engine")}
     if not judged:
@@ -83,14 +119,14 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     if st.acceptance_rate is not None and st.acceptance_rate > config.DIAG_TOO_GOOD_ACCEPTANCE:
         hints.append(Hint("too_good", f"acceptance {_pct(st.acceptance_rate)} of {total.draft_tokens:,.0f} draft "
                                       f"tokens (healthy real traffic: at most ~96 %)"))
+    shape = _chain(total, min_drafts)
     bad = sorted((e for e, c in judged.items() if _gain(c) < det.collapse_margin
                   or _gain(c) < det.engine_lag_fraction * gain), key=lambda e: _gain(judged[e]))
     pos0 = total.per_position[0] / total.drafts  # drafts > 0: every judged engine has min_drafts
-    cond = {i: v for i, v in enumerate(st.conditional_acceptance) if i > 0 and v is not None}
     if fell is None:
         fell = gain < det.collapse_margin or bool(bad) or pos0 < det.position0_floor
     if not fell:
-        return tuple(hints)
+        return tuple(shape + hints)
     falls: list[Hint] = []
     if changes:
         falls.append(Hint("configuration_change", "the fall coincides with " + ", ".join(changes)))
@@ -103,18 +139,21 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     if len(zero) == len(judged):
         where = "on every engine" if len(judged) > 1 else "on its only engine"
         falls.append(Hint("draft_head_garbage", f"position 0 accepted in {_pct(pos0)} of drafts, {where}"))
-    broken = [i for i, v in cond.items() if v < config.DIAG_CHAIN_BREAK_CONDITIONAL]
-    if pos0 >= det.position0_floor and broken:
-        i = broken[0]
-        falls.append(Hint("chain_break", f"position 0 accepted in {_pct(pos0)} of drafts, position {i} in "
-                                         f"{_pct(cond[i])} of those that reached it"))
-    if not any(h.cause in ("one_rank", "draft_head_garbage", "chain_break") for h in falls):
-        then = ", ".join(_pct(v) for v in cond.values())
-        falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
-                                            f"position 0 at {_pct(pos0)}" + (f", then {then} conditional" if then
-                                                                                else "")
-                          + "; a fall over hours rather than at once points at the workload"))
-    return tuple(falls + hints)
+    if not falls and not shape:
+        cond = [v for v in st.conditional_acceptance[1:] if v is not None]
+        then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
+        seen = earlier is not None and gain < config.DIAG_FALL_FRACTION * earlier[1]
+        if seen and earlier is not None:
+            falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
+                                                f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
+                                                f"{1 + earlier[1]:.3f} over {earlier[0]}, with no restart or k change"))
+        else:
+            # Nothing earlier to compare with: at the start of a deployment the head is the likelier cause.
+            falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low: position "
+                                                    f"0 at {_pct(pos0)}{then}, with no fall seen (nothing earlier "
+                                                    f"to compare with); synthetic random-token load gives the same "
+                                                    f"counters"))
+    return tuple(falls + shape + hints)
 
 
 def _gain(c: Counters) -> float:
@@ -124,7 +163,8 @@ def _gain(c: Counters) -> float:
 def _idle(c: Counters, span: float | None, det: Detection, min_drafts: int) -> bool:
     # Both floors: enough drafts for a ratio to mean something, and real traffic
     # (the alerts' rate floor), so a short or a trickling window is never judged.
-    return c.drafts < max(min_drafts, 1) or not span or c.drafts / span < det.min_drafts_per_second
+    # span None: unknown (two dumps), judged on the drafts floor alone.
+    return c.drafts < max(min_drafts, 1) or (span is not None and (span <= 0 or c.drafts / span < det.min_drafts_per_second))
 
 
 def engine_state(c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int) -> str:
@@ -140,13 +180,15 @@ def engine_state(c: Counters, model_gain: float | None, span: float | None, det:
 
 
 def judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
-          det: Detection, min_drafts: int, changes: Sequence[str] = ()) -> Verdict:
-    """The verdict over one window (``engines``: that window's counter increments), with the
-    likely causes when it fell (or is too good to be true)."""
+          det: Detection, min_drafts: int, changes: Sequence[str] = (),
+          earlier: tuple[str, float] | None = None) -> Verdict:
+    """The verdict over one interval (``engines``: its counter increments; ``span``: its seconds,
+    None when unknown, as between two dumps), with the likely causes (``diagnose``)."""
     v = _judge(engines, span, profile, det, min_drafts)
     if v.state in ("idle",) or (v.state == "unknown" and "invariants" in v.reason):
         return v
-    return replace(v, causes=diagnose(engines, det, min_drafts, v.state in ("degraded", "collapsed"), changes))
+    fell = v.state in ("degraded", "collapsed")
+    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier))
 
 
 def _judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,

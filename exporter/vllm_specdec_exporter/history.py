@@ -42,13 +42,10 @@ from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 
 from . import config
-from .derive import align_k, delta, sum_counters
+from .derive import CONSISTENT, RESTART, align_k, classify, delta, sum_counters
 from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
-
-RESTART = "restart"
-CONSISTENT = "consistent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,28 +69,6 @@ class Observation:
 class WindowDelta:
     span_seconds: float
     engines: dict[SeriesKey, Counters]
-
-
-def _series(c: Counters) -> list[float]:
-    return [c.drafts, c.draft_tokens, c.accepted, *c.per_position]
-
-
-def classify(base: Counters, now: Counters, seconds: float) -> str:
-    """CONSISTENT, RESTART, or why the poll is inconsistent (a fixed phrase)."""
-    base = align_k(base, now)
-    totals_down = now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and now.accepted < base.accepted
-    if totals_down:
-        if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
-            return "counters went down, but not to near zero (another server's values?)"
-        return RESTART
-    if now.k != base.k:
-        return "k changed without a restart (positions cut off or added)"
-    # Generation tokens and the histogram are not compared here: each has its own _Side.
-    if any(a < b for b, a in zip(_series(base), _series(now), strict=True)):
-        return "only some counters went down"
-    if now.drafts - base.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
-        return "drafts grew faster than any engine can (another server's values?)"
-    return CONSISTENT
 
 
 @dataclass(slots=True)

@@ -131,14 +131,26 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
             per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
-                judged[model] = judge(engines, span, profiles[model], settings.detection, settings.min_drafts,
-                                      (changes or {}).get(model, ()))
+                judged[model] = judge(engines, window.span_seconds, profiles[model], settings.detection,
+                                      settings.min_drafts, (changes or {}).get(model, ()),
+                                      _earlier(history, settings, model))
     views = []
     for model in sorted(per_model):
         verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
         views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
                                verdict.reason, verdict.engines, verdict.causes))
     return tuple(views)
+
+
+def _earlier(history: TargetHistory, settings: Settings, model: str) -> tuple[str, float] | None:
+    """The model's AL - 1 over the longest window, when it is longer than the health window:
+    what diagnose compares with before it calls a fall a workload shift."""
+    label = settings.windows[-1][0]
+    window = history.window(label) if label != settings.health_window else None
+    if window is None:
+        return None
+    total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
+    return (label, total.accepted / total.drafts) if total.drafts >= max(settings.min_drafts, 1) else None
 
 
 class TargetPoller:

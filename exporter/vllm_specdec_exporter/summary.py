@@ -6,13 +6,13 @@ Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}}},
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
 from . import config
 from .derive import derive, invariant_violations, sum_counters
-from .health import diagnose
+from .health import Verdict, judge
 from .model import Counters, SeriesKey, series_name
 
 
@@ -28,10 +28,16 @@ def engine_order(engine: str) -> tuple[int, int, str]:
     return (1, 0, engine)
 
 
+# model, its engines' counters -> the verdict with its likely causes (health.judge with what
+# the caller knows: profile, restarts, k changes, earlier figures).
+Judge = Callable[[str, Mapping[str, Counters]], Verdict]
+
+
 def summarize(
     engines: Mapping[SeriesKey, Counters],
     interval_seconds: float | None = None,
     warnings: Iterable[str] = (),
+    verdict: Judge | None = None,
 ) -> dict[str, Any]:
     by_model: dict[str, dict[str, Counters]] = {}
     for (model, engine), counters in engines.items():
@@ -49,8 +55,13 @@ def summarize(
         ks = sorted({c.k for c in per_engine.values()})
         if len(ks) > 1:
             checks.append(f'{config.LABEL_MODEL}="{model}": engines disagree on k {ks}; positions summed where present')
-        # The likely causes of a fall, from the counters alone (a hint: every cause that fits).
-        hints = diagnose(per_engine, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+        # The verdict and the likely causes (a hint: every cause that fits), by the one classifier.
+        v = (verdict or _counters_only(interval_seconds))(model, per_engine)
         models[model] = {"all": derive(total, interval_seconds, checks).to_json(), "engines": engines_json,
-                         "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in hints]}
+                         "health": {"state": v.state, "reason": v.reason},
+                         "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in v.causes]}
     return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}
+
+
+def _counters_only(span: float | None) -> Judge:
+    return lambda model, engines: judge(engines, span, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)

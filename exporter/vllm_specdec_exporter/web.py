@@ -12,7 +12,7 @@ import contextlib
 import gzip
 import html
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -29,7 +29,7 @@ from .server import GuardedSite, Limits, open_file_limit
 from .service import ModelView, ModelWindow, TargetPoller, TargetView, close_parse_pool
 
 from .settings import Settings
-from .health import describe
+from .health import Verdict, describe, judge
 from .summary import summarize
 from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 
@@ -167,7 +167,18 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
             engines[(model, f"{p.target.name}/{engine}" if several else engine)] = c
     stale = [t.name for t in app[SETTINGS].targets if t.name not in fresh]
     warnings = [f"target {name}: no fresh data; left out" for name in stale]
-    return summarize(engines, max(spans) if spans else None, warnings)
+    span = max(spans) if spans else None
+    settings = app[SETTINGS]
+
+    def verdict(model: str, per_engine: Mapping[str, Counters]) -> Verdict:
+        # The health window of one target: the very verdict /metrics and the landing page show.
+        served = [mv for p in pollers for mv in p.view.models if mv.model_name == model]
+        if window == settings.health_window and len(served) == 1:
+            mv = served[0]
+            return Verdict(mv.health, mv.health_reason, mv.engine_health, mv.health_causes)
+        profile = served[0].profile if served else None
+        return judge(per_engine, span, profile, settings.detection, settings.min_drafts)
+    return summarize(engines, span, warnings, verdict)
 
 
 async def summary(request: web.Request) -> web.Response:
