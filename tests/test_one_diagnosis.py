@@ -126,7 +126,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_surface_names_the_same_hand_worked_causes(case, tmp_path):
-    model, shares, extra, expected = CASES[case]
+    model, shares, _, expected = CASES[case]
     # report of the dump at 300 s (its totals: 300 s from zero); diff from 60 s to 360 s.
     report, diff = cli_causes(tmp_path, model, payload(model, shares, 60.0), payload(model, shares, 360.0))
     drafts = {"report": f"{RATE * 360 * len(shares):,.0f}", "diff": f"{RATE * 300 * len(shares):,.0f}"}
