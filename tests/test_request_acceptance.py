@@ -221,3 +221,26 @@ def test_live_sidecar_exports_the_shares_with_their_edges():
             assert not any(n.startswith(f"{P}_request_acceptance") or n == f"{P}_window_requests" for n in m)
             assert all("request_acceptance" not in v["all"] for v in summary["models"].values())
     asyncio.run(go())
+
+
+def test_the_histogram_is_read_under_either_name_and_the_output_says_which(tmp_path):
+    """Issue 21: the vLLM change's code names it vllm:spec_decode_request_acceptance_rate, a
+    reviewer proposed vllm:request_spec_decode_acceptance_rate; a dump with the other name was
+    ignored silently. Both are read; the JSON and the text title say which one was."""
+    other = b"vllm:spec_decode_request_acceptance_rate"
+    (tmp_path / "a").write_bytes(BEFORE.replace(b"vllm:request_spec_decode_acceptance_rate", other))
+    (tmp_path / "b").write_bytes(AFTER.replace(b"vllm:request_spec_decode_acceptance_rate", other))
+    out = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json").stdout)
+    assert out["request_acceptance_family"] == other.decode()
+    ra = out["models"][MODEL]["all"]["request_acceptance"]
+    assert ra["requests"] == 50 and ra["below_ratio"] == pytest.approx(0.14)  # as under the first name
+    text = run_cli("report", str(tmp_path / "b")).stdout.decode()
+    assert "per-request histogram: vllm:spec_decode_request_acceptance_rate" in text.splitlines()[1]
+    (tmp_path / "c").write_bytes(AFTER)
+    out = json.loads(run_cli("report", str(tmp_path / "c"), "--format", "json").stdout)
+    assert out["request_acceptance_family"] == "vllm:request_spec_decode_acceptance_rate"
+    # Both in one payload: the first name wins, and a warning says so.
+    (tmp_path / "d").write_bytes(AFTER + AFTER.replace(b"vllm:request_spec_decode_acceptance_rate", other))
+    out = json.loads(run_cli("report", str(tmp_path / "d"), "--format", "json").stdout)
+    assert out["request_acceptance_family"] == "vllm:request_spec_decode_acceptance_rate"
+    assert any(w.startswith("both vllm:request_spec_decode_acceptance_rate and") for w in out["warnings"])

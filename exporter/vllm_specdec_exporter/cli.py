@@ -136,8 +136,10 @@ def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
     """Adds the producer to the JSON; returns the line for the text title."""
     summary["producer"] = snap.producer
     summary["approximate"] = list(snap.approximate)
+    summary["request_acceptance_family"] = snap.request_acceptance_family
     approximate = f"; approximate: {', '.join(snap.approximate)} (see the README)" if snap.approximate else ""
-    return f"\nproducer: {snap.producer}{approximate}"
+    family = f"; per-request histogram: {snap.request_acceptance_family}" if snap.request_acceptance_family else ""
+    return f"\nproducer: {snap.producer}{approximate}{family}"
 
 
 def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:

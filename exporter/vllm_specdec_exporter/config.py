@@ -18,6 +18,9 @@ VLLM_V1_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_V1_GENERATION_TOKENS = "vllm:generation_tokens_total"
 # Per-request acceptance histogram (open vLLM PR #44487; optional: absent changes nothing).
 VLLM_V1_REQUEST_ACCEPTANCE = "vllm:request_spec_decode_acceptance_rate"
+# The same histogram under the name in the vLLM change's own code (a reviewer proposed the
+# one above): both are read, the first present wins, and the output says which.
+VLLM_V1_REQUEST_ACCEPTANCE_NAMES = (VLLM_V1_REQUEST_ACCEPTANCE, "vllm:spec_decode_request_acceptance_rate")
 VLLM_V1_REQUEST_ACCEPTANCE_BUCKET = VLLM_V1_REQUEST_ACCEPTANCE + "_bucket"
 VLLM_V1_REQUEST_ACCEPTANCE_COUNT = VLLM_V1_REQUEST_ACCEPTANCE + "_count"
 # Requests below / above these per-request acceptances are flagged (PR #44487: very low

@@ -89,3 +89,5 @@ class Snapshot:
     # Figures that are estimates, not exact (SGLang: from finished-request totals).
     approximate: tuple[str, ...] = field(default=())
     impossible_values: int = 0  # negative, non-finite or > MAX_COUNTER_VALUE: refused, counted as violations
+    # The name the per-request histogram was read under (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES).
+    request_acceptance_family: str | None = None

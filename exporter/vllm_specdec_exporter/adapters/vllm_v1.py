@@ -35,15 +35,22 @@ def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[st
     return out
 
 
-def _histograms(exp: Exposition, warnings: list[str]) -> dict[SeriesKey, RequestHistogram]:
-    """The per-request acceptance histogram per engine, when vLLM exposes it (PR #44487).
+def _histograms(exp: Exposition, warnings: list[str]) -> tuple[dict[SeriesKey, RequestHistogram], str | None]:
+    """The per-request acceptance histogram per engine, when vLLM exposes it (PR #44487),
+    and the family name it was read under (either of config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES).
 
     Optional: an engine whose buckets are malformed just has none (a warning says why);
     its counters and every other figure are unaffected.
     """
-    counts = _collect(exp.samples.get(config.VLLM_V1_REQUEST_ACCEPTANCE_COUNT, ()), warnings)
+    present = [n for n in config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES if exp.samples.get(n + "_bucket")]
+    if not present:
+        return {}, None
+    name = present[0]
+    if len(present) > 1:
+        warnings.append(f"both {' and '.join(present)} are present; {name} read")
+    counts = _collect(exp.samples.get(name + "_count", ()), warnings)
     buckets: dict[SeriesKey, dict[float, float]] = {}
-    for s in exp.samples.get(config.VLLM_V1_REQUEST_ACCEPTANCE_BUCKET, ()):
+    for s in exp.samples.get(name + "_bucket", ()):
         try:
             edge = float(s.labels.get("le", ""))
         except ValueError:
@@ -57,18 +64,18 @@ def _histograms(exp: Exposition, warnings: list[str]) -> dict[SeriesKey, Request
         cumulative = tuple(by_edge[e] for e in edges)
         count = counts.get(key, by_edge.get(math.inf))
         if count is None or not edges or any(a > b for a, b in zip(cumulative, (*cumulative[1:], count), strict=True)):
-            warnings.append(f"{series_name(key)}: {config.VLLM_V1_REQUEST_ACCEPTANCE} buckets are not cumulative "
+            warnings.append(f"{series_name(key)}: {name} buckets are not cumulative "
                             "or have no count; per-request acceptance left out")
             continue
         out[key] = RequestHistogram(edges, cumulative, count)
-    return out
+    return out, name
 
 
 class VllmV1Adapter:
     name = "vllm-v1"
     spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
     families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS,
-                config.VLLM_V1_REQUEST_ACCEPTANCE_BUCKET, config.VLLM_V1_REQUEST_ACCEPTANCE_COUNT)
+                *(n + suffix for n in config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES for suffix in ("_bucket", "_count")))
 
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         return _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), [])
@@ -99,7 +106,7 @@ class VllmV1Adapter:
                 continue
             per_key[int(raw)] = s.value
 
-        histograms = _histograms(exp, warnings)
+        histograms, histogram_family = _histograms(exp, warnings)
         # vLLM creates all k position series at start-up; the lazy Rust frontend
         # creates them on first acceptance. Either way, once the family exists an
         # engine without it was cut off (truncated or partial scrape).
@@ -134,6 +141,7 @@ class VllmV1Adapter:
             malformed_lines=exp.malformed_lines,
             duplicate_series=exp.duplicate_series,
             impossible_values=len(impossible),
+            request_acceptance_family=histogram_family if histograms else None,
         )
 
 
