@@ -134,3 +134,95 @@ def test_a_fifo_swapped_in_on_reload_blocks_neither_later_reloads_nor_sigterm(tm
     assert server.proc.returncode == 0 and time.monotonic() - started < 10, logs
     failed = log_events(logs, "web_config_reload_failed")
     assert len(failed) == 1 and "is not a regular file" in failed[0]["error"], logs
+
+
+# --- YAML bombs: bounded before they are parsed, not parsed again while unchanged ---------
+
+def laughs(levels: int, width: int = 9) -> str:
+    """A billion-laughs web config: ``width ** levels`` strings from a few hundred bytes,
+    in a header value, which the code before this fix turned into one string."""
+    anchors = ["&l0 [" + ", ".join(["lol"] * width) + "]"]
+    anchors += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]" for i in range(1, levels)]
+    return "http_server_config:\n  headers:\n    Content-Security-Policy: [" + ", ".join(anchors) + "]\n"
+
+
+def test_a_yaml_bomb_is_refused_at_start_in_one_short_line(tmp_path):
+    path = tmp_path / "web.yaml"
+    path.write_text(laughs(6))  # 531,441 strings (kept small: the code before this fix expanded them)
+    assert len(path.read_bytes()) < 500
+    err = serve_refuses(path)
+    assert f"config: --web.config.file: cannot read {path}: aliases (*name) are refused" in err, err[:300]
+    assert len(err) < 400, err[:300]
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested deeper than 32 levels"),
+    ("base: &b {x: 1}\nother:\n  <<: *b\n", "aliases (*name) are refused"),
+])
+def test_other_expanding_yaml_is_refused(tmp_path, content, expected):
+    from vllm_specdec_exporter.settings import ConfigError
+    from vllm_specdec_exporter.webconfig import load_web_config
+    path = tmp_path / "web.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=None) as refused:
+        load_web_config(str(path))
+    assert expected in str(refused.value), refused.value
+
+
+def test_an_oversized_web_config_is_refused_unread(tmp_path):
+    path = tmp_path / "web.yaml"
+    path.write_text("# " + "x" * (1 << 20) + "\n")
+    assert f"config: --web.config.file: {path} is larger than 1,048,576 bytes" in serve_refuses(path)
+
+
+def test_an_unchanged_broken_file_is_parsed_once_and_never_on_the_event_loop(tmp_path, monkeypatch):
+    import asyncio
+    import threading
+
+    from vllm_specdec_exporter import webconfig
+    cfg = write_web_config(tmp_path / "web.yaml", http_server_config={"headers": {"X-Frame-Options": "deny"}})
+    clock = [0.0]
+    live = webconfig.LiveWebConfig(str(cfg), mono=lambda: clock[0])
+    good = live.config
+    loads: list[str] = []
+    real = webconfig.load_web_config
+
+    def counting(*args, **kw):
+        loads.append(threading.current_thread().name)
+        return real(*args, **kw)
+    monkeypatch.setattr(webconfig, "load_web_config", counting)
+    cfg.write_text(laughs(9))  # 387 million strings, were it expanded
+
+    async def checks() -> None:
+        for _ in range(10):  # ten seconds' worth of checks, the file unchanged
+            clock[0] += 1.5
+            assert live.current() is good
+            for _ in range(200):  # let the load thread finish
+                await asyncio.sleep(0.01)
+                if not live._loading:
+                    break
+    asyncio.run(checks())
+    assert loads == ["web-config"], loads  # once, on its own thread
+    assert live.reload_failures == 1
+    cfg.write_text(laughs(9) + "\n")  # a change: read again
+    asyncio.run(checks())
+    assert len(loads) == 2
+
+
+def test_healthz_keeps_answering_while_a_yaml_bomb_sits_in_the_web_config(tmp_path):
+    cfg = write_web_config(tmp_path / "web.yaml")
+    server, port = start_exporter("--web.config.file", str(cfg))
+    try:
+        cfg.write_text(laughs(9))
+        started = time.monotonic()
+        slowest = 0.0
+        while time.monotonic() - started < 4:
+            t = time.monotonic()
+            assert get_full(f"http://127.0.0.1:{port}/healthz", timeout=10)[0] == 200
+            slowest = max(slowest, time.monotonic() - t)
+            time.sleep(0.1)
+    finally:
+        logs = server.stop()
+    failed = log_events(logs, "web_config_reload_failed")
+    assert len(failed) == 1 and "aliases (*name) are refused" in failed[0]["error"], logs[-2000:]
+    assert slowest < 5, slowest

@@ -105,6 +105,7 @@ TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "clie
             "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WEB_CONFIG_MAX_BYTES = 1 << 20  # a web config is a few hundred bytes; more is refused unread
+WEB_CONFIG_MAX_DEPTH = 32  # nesting: the deepest real key is 3 levels down
 RATE_LIMIT_CLIENTS = 1024  # rate-limit buckets kept (least recently used dropped first)
 
 
@@ -252,14 +253,14 @@ def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
         raise ConfigError(key, "expected a non-empty list")
     for name in value:
         if name not in valid:
-            raise ConfigError(key, f"unknown {name!r} (valid: {', '.join(valid)})")
+            raise ConfigError(key, f"unknown {_show(name)} (valid: {', '.join(valid)})")
     return value
 
 
 def _version(tls: dict[str, object], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key, default)
     if value not in TLS_VERSIONS:
-        raise ConfigError(f"tls_server_config.{key}", f"{value!r} is not one of TLS12, TLS13 (OpenSSL here refuses "
+        raise ConfigError(f"tls_server_config.{key}", f"{_show(value)} is not one of TLS12, TLS13 (OpenSSL here refuses "
                                                       "TLS 1.0 and 1.1)")
     return TLS_VERSIONS[value]
 
@@ -270,7 +271,7 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     for k in tls:
         if k not in TLS_KEYS:
             hint = "; put the PEM in a file and use cert_file/key_file" if k in ("cert", "key") else ""
-            raise ConfigError(f"tls_server_config.{k}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})")
+            raise ConfigError(f"tls_server_config.{_label(k)}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = _version(tls, "min_version", "TLS12")
     ctx.maximum_version = _version(tls, "max_version", "TLS13")
@@ -284,7 +285,7 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({e.reason})") from None
     auth = tls.get("client_auth_type", "NoClientCert")
     if auth not in CLIENT_AUTH:
-        raise ConfigError("tls_server_config.client_auth_type", f"{auth!r} is not one of {', '.join(CLIENT_AUTH)}")
+        raise ConfigError("tls_server_config.client_auth_type", f"{_show(auth)} is not one of {', '.join(CLIENT_AUTH)}")
     mode, verify = CLIENT_AUTH[auth]
     has_ca = "client_ca_file" in tls or "client_ca" in tls
     if has_ca and mode == ssl.CERT_NONE:
@@ -338,14 +339,13 @@ def _http_server_config(http: object) -> dict[str, str]:
                 raise ConfigError("http_server_config.http2", "this exporter serves HTTP/1.1 only: set false or "
                                                               "leave it out")
         elif k != "headers":
-            raise ConfigError(f"http_server_config.{k}", "unknown key (valid: headers, http2)")
+            raise ConfigError(f"http_server_config.{_label(k)}", "unknown key (valid: headers, http2)")
     headers = http.get("headers") or {}
     if not isinstance(headers, dict):
         raise ConfigError("http_server_config.headers", "expected a mapping of header: value")
     for name, value in headers.items():
         if name not in HEADERS:
-            shown = name if isinstance(name, str) and len(name) <= 60 and name.isprintable() else _show(name)
-            raise ConfigError(f"http_server_config.headers.{shown}",
+            raise ConfigError(f"http_server_config.headers.{_label(name)}",
                               f"cannot be configured (valid: {', '.join(HEADERS)})")
         key = f"http_server_config.headers.{name}"
         if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
@@ -357,6 +357,11 @@ def _http_server_config(http: object) -> dict[str, str]:
         if HEADERS[name] and value not in HEADERS[name]:
             raise ConfigError(key, f"{_show(value)} is not one of {', '.join(HEADERS[name])}")
     return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
+
+
+def _label(key: object) -> str:
+    """A key for an error message: as written if it is short printable text."""
+    return key if isinstance(key, str) and len(key) <= 60 and key.isprintable() else _show(key)
 
 
 def _show(value: object, limit: int = 60) -> str:
@@ -392,6 +397,41 @@ def _fake_hash(cost: bytes) -> bytes:
     return _FAKE_HASHES[cost]
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases (``*name``, merge keys included: a few
+    hundred bytes of them expand to a billion strings, the "billion laughs") and no
+    deeper than ``WEB_CONFIG_MAX_DEPTH``: what it builds is at most as big as the file."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def _line(self) -> int:
+        return int(self.peek_event().start_mark.line) + 1  # type: ignore[no-untyped-call]
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            line = self._line()
+            raise yaml.composer.ComposerError(None, None, f"aliases (*name) are refused (line {line})", None)
+        self._depth += 1
+        try:
+            if self._depth > WEB_CONFIG_MAX_DEPTH:
+                line = self._line()
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {WEB_CONFIG_MAX_DEPTH} levels "
+                                                              f"(line {line})", None)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _parse(text: str) -> object:
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_web_config(path: str, seen: list[str] | None = None) -> WebConfig:
     """The web config in ``path``; ``seen`` gets every file it read or looked for,
     also when it fails (a reload waits for one of them to change)."""
@@ -408,7 +448,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     files.append(str(Path(path)))
     text = _read_capped(key, path)
     try:
-        data = yaml.safe_load(text.decode("utf-8")) or {}
+        data = _parse(text.decode("utf-8")) or {}
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         first = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
         raise ConfigError(key, f"cannot read {path}: {first}") from None  # never quote the file: it may hold a key
@@ -417,7 +457,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     valid = ("tls_server_config", "http_server_config", "rate_limit", "basic_auth_users")
     for k in data:
         if k not in valid:
-            raise ConfigError(f"web config {k}", f"unknown key (valid: {', '.join(valid)})")
+            raise ConfigError(f"web config {_label(k)}", f"unknown key (valid: {', '.join(valid)})")
     base = Path(path).parent
     ctx, sans = (None, None)
     if data.get("tls_server_config"):
@@ -430,7 +470,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     users = {}
     for user, hashed in users_in.items():
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
-            raise ConfigError(f"basic_auth_users.{user}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
+            raise ConfigError(f"basic_auth_users.{_label(user)}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
         users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
     auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
