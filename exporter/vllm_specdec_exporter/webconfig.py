@@ -8,7 +8,7 @@ exporter-toolkit web-config file format (``--web.config.file``), with its semant
       client_auth_type: RequireAndVerifyClientCert   # NoClientCert (default), RequestClientCert,
                                                      # RequireAnyClientCert, VerifyClientCertIfGiven
       client_ca_file: ca.crt                         # or client_ca: <PEM>
-      client_allowed_sans: [prometheus.monitoring]   # the client cert must carry one of these SANs
+      client_allowed_sans: [prometheus.monitoring]   # the client cert must carry one of these SANs (IPs: any spelling)
       min_version: TLS12                             # TLS12 (default) or TLS13
       max_version: TLS13                             # TLS12 or TLS13 (default)
       cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # Go names; TLS 1.3 suites as in Go: fixed
@@ -327,7 +327,33 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         if mode == ssl.CERT_NONE:
             raise ConfigError("tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a "
                                                                        "client certificate")
-    return ctx, None if sans is None else frozenset(sans)
+    return ctx, None if sans is None else frozenset(form for san in sans for form in san_forms(san))
+
+
+def san_forms(san: str) -> set[str]:
+    """``san`` and, for an IP address, every form the client certificate's SAN can take
+    in Python's ``getpeercert()`` (which server.py compares): Python writes an IPv6 SAN
+    as 2001:DB8:0:0:0:0:0:5, upper case and uncompressed, and an IPv4 address carried
+    in 16 bytes as IPv6. exporter-toolkit compares Go's normalized form; here any
+    spelling of an allowed address matches the same address in the certificate."""
+    try:
+        ip = ipaddress.ip_address(san.strip())
+    except ValueError:
+        return {san}
+    v4: ipaddress.IPv4Address | None
+    if isinstance(ip, ipaddress.IPv4Address):
+        v4, v6 = ip, ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)
+    else:
+        v4, v6 = ip.ipv4_mapped, ip
+    out = {san, _python_ip(v6)}
+    if v4 is not None:
+        out.add(str(v4))
+    return out
+
+
+def _python_ip(ip: ipaddress.IPv6Address) -> str:
+    """An IPv6 address as CPython's ssl module shows it in a certificate's SAN."""
+    return ":".join(format(int.from_bytes(ip.packed[i:i + 2], "big"), "X") for i in range(0, 16, 2))
 
 
 def _http_server_config(http: object) -> dict[str, str]:
