@@ -7,7 +7,9 @@ module-level metric objects). Names are the public contract; they are built from
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import gzip
 import os
 import platform
 import subprocess
@@ -22,7 +24,7 @@ from prometheus_client.core import (
     Metric,
     StateSetMetricFamily,
 )
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, config
 from .metrics import FAMILIES, Family
@@ -206,6 +208,41 @@ class SpecDecodeCollector(Collector):
         yield target_info
         yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,
                     restarts, suppressed, info)
+
+
+class Exposition:
+    """/metrics bodies (identity and gzip), rendered once per state and off the event loop.
+
+    At the bounds (4,096 engines: tens of MB) one render takes seconds of Python; on the
+    loop it stopped /healthz for as long. In a thread it only shares the GIL (the loop gets
+    it back every few ms), and the views it reads are immutable. One render at a time;
+    scrapes that arrive during it wait for it, and until the state changes (a poll
+    publishes a view, a target turns stale) every scrape gets the same bytes."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+        self._lock = asyncio.Lock()
+        # content type -> (the state rendered, identity body, gzip body)
+        self._cache: dict[str, tuple[tuple[object, ...], bytes, bytes]] = {}
+
+    async def bodies(self, content_type: str, encoder: Callable[[CollectorRegistry], bytes],
+                     state: tuple[object, ...]) -> tuple[bytes, bytes]:
+        """(identity, gzip) bodies for ``state``: objects compared by identity (the views)."""
+        async with self._lock:
+            cached = self._cache.get(content_type)
+            if cached is None or not _same(cached[0], state):
+                body, zipped = await asyncio.to_thread(self._render, encoder)
+                self._cache = {t: c for t, c in self._cache.items() if _same(c[0], state)}
+                self._cache[content_type] = cached = (state, body, zipped)
+            return cached[1], cached[2]
+
+    def _render(self, encoder: Callable[[CollectorRegistry], bytes]) -> tuple[bytes, bytes]:
+        body = encoder(self._registry)
+        return body, gzip.compress(body, compresslevel=6)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 @functools.cache

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import html
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -22,7 +21,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
-from .collector import SpecDecodeCollector, is_fresh
+from .collector import Exposition, SpecDecodeCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
@@ -91,25 +90,21 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
 
 
 def metrics_handler(app: web.Application, registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """/metrics, rendered once per state: the views are immutable, so until a poll
-    publishes a new one or a target turns stale, every scrape gets the same bytes
-    (200 concurrent scrapes cost one render)."""
-    cache: dict[str, Any] = {"key": None}  # key: the state rendered; identity, gzip: its bodies
+    """/metrics, rendered once per state off the event loop (collector.Exposition): the
+    views are immutable, so until a poll publishes a new one or a target turns stale,
+    every scrape gets the same bytes (200 concurrent scrapes cost one render)."""
+    exposition = Exposition(registry)
 
     async def metrics(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
-        key = (content_type, tuple(is_fresh(v, now, settings.staleness) for v in views))
-        old = cache["key"]
-        if old is None or old[0] != key or len(old[1]) != len(views) or any(
-                a is not b for a, b in zip(old[1], views, strict=True)):
-            body = encoder(registry)
-            cache.update(key=(key, views), identity=body, gzip=gzip.compress(body, compresslevel=6))
+        identity, zipped = await exposition.bodies(
+            content_type, encoder, (*views, *(is_fresh(v, now, settings.staleness) for v in views)))
         headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
-            return web.Response(body=cache["gzip"], headers={**headers, "Content-Encoding": "gzip"})
-        return web.Response(body=cache["identity"], headers=headers)
+            return web.Response(body=zipped, headers={**headers, "Content-Encoding": "gzip"})
+        return web.Response(body=identity, headers=headers)
 
     return metrics
 

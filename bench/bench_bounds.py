@@ -1,0 +1,160 @@
+"""Hostile input at the documented bounds (`make bench`, through bench_sidecar.py; issue 19):
+/healthz while /metrics of 4,096 engines is rendered, what label churn leaves in memory,
+the parsing worker's peak memory on a 32 MiB payload, and a healthy target's polls beside
+five hostile ones. The real `serve` process on loopback. Prints `name: value` lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
+V1 = "vllm:spec_decode_num_"
+
+
+def engine_block(engine: str, d: int, k: int, model: str = "deepseek-ai/DeepSeek-V4-Pro", extra: str = "") -> str:
+    lab = f'engine="{engine}",model_name="{model}"{extra}'
+    per_position = [int(0.8 ** (i + 1) * d) for i in range(k)]
+    return (f"{V1}drafts_total{{{lab}}} {d}\n{V1}draft_tokens_total{{{lab}}} {k * d}\n"
+            f"{V1}accepted_tokens_total{{{lab}}} {sum(per_position)}\n"
+            + "".join(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {n}\n'
+                      for i, n in enumerate(per_position)))
+
+
+def engines_payload(n: int, engines: int = 4096, k: int = 8) -> bytes:
+    return "".join(engine_block(str(e), 100_000 * (n + 1), k) for e in range(engines)).encode()
+
+
+def hostile_payload(cap: int = 32 * 1024 * 1024 - 4096) -> bytes:
+    """Spec-decode lines only, just under the 32 MiB cap (~60,000 engines)."""
+    out, size, e = [], 0, 0
+    while True:
+        block = engine_block(str(e), 1000, 2)
+        if size + len(block) > cap:
+            return "".join(out).encode()
+        out.append(block)
+        size += len(block)
+        e += 1
+
+
+class Upstream:
+    """A threaded HTTP server: body(request number) on /metrics."""
+
+    def __init__(self, body: Callable[[int], bytes]):
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                n = outer.requests
+                outer.requests += 1
+                data = body(n)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def get(port: int, path: str, timeout: float = 60) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        return resp.read()
+
+
+class Serve:
+    def __init__(self, config: str, *args: str):
+        self.cfg = tempfile.NamedTemporaryFile("w", suffix=".yaml")  # noqa: SIM115 (closed in stop)
+        self.cfg.write(config)
+        self.cfg.flush()
+        self.logs = tempfile.TemporaryFile()  # noqa: SIM115 (a file, not a pipe nobody drains)
+        self.proc = subprocess.Popen([str(CLI), "serve", "--config.file", self.cfg.name, "--web.listen-address",
+                                      "127.0.0.1:0", "--log.format", "json", *args],
+                                     stdout=subprocess.DEVNULL, stderr=self.logs)
+        self.port = 0
+        deadline = time.monotonic() + 120
+        while not self.port and time.monotonic() < deadline:
+            time.sleep(0.1)
+            for record in self.records():
+                if record.get("event") == "listening":
+                    self.port = int(record["address"].rsplit(":", 1)[1])
+        assert self.port, f"serve did not start: {self.records()[-3:]}"
+
+    def records(self) -> list[dict]:
+        self.logs.seek(0)
+        return [json.loads(line) for line in self.logs.read().decode().splitlines() if line.startswith("{")]
+
+    def counter(self, prefix: str) -> float:
+        text = get(self.port, "/metrics").decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    def rss_mb(self, pid: int | None = None) -> float:
+        status = Path(f"/proc/{pid or self.proc.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) / 1024
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.cfg.close()
+        self.logs.close()
+
+
+def healthz_beside_metrics(interval: str, seconds: float = 30.0) -> dict:
+    """/healthz every 20 ms for ``seconds`` while /metrics is scraped in a loop, 4,096 engines (k=8)."""
+    up = Upstream(engines_payload)
+    serve = Serve(f"targets: [{{url: '{up.url}'}}]\nmax_series_per_target: 4096\nmin_drafts: 1\n",
+                  "--poll.interval", interval)
+    try:
+        while serve.counter('vllm_specdec_exporter_polls_total{result="success"') < 2:
+            time.sleep(0.5)
+        stop, sizes = threading.Event(), []
+
+        def scrape() -> None:
+            while not stop.is_set():
+                sizes.append(len(get(serve.port, "/metrics")))
+        scraper = threading.Thread(target=scrape)
+        scraper.start()
+        latencies = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            started = time.monotonic()
+            get(serve.port, "/healthz", timeout=30)
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.02)
+        stop.set()
+        scraper.join(60)
+        latencies.sort()
+        return {"p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))], "worst_ms": 1000 * latencies[-1],
+                "metrics_mb": max(sizes) / 1e6, "scrapes": len(sizes)}
+    finally:
+        serve.stop()
+        up.close()
+
+
+def main() -> int:
+    for interval in ("5s", "1s"):
+        r = healthz_beside_metrics(interval)
+        print(f"healthz_p99_ms_4096_engines_poll_{interval}: {r['p99_ms']:.0f}  (worst {r['worst_ms']:.0f} ms, "
+              f"/metrics {r['metrics_mb']:.1f} MB, {r['scrapes']} scrapes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
