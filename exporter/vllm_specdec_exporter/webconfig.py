@@ -106,7 +106,15 @@ TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "clie
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WEB_CONFIG_MAX_BYTES = 1 << 20  # a web config is a few hundred bytes; more is refused unread
 WEB_CONFIG_MAX_DEPTH = 32  # nesting: the deepest real key is 3 levels down
-RATE_LIMIT_CLIENTS = 1024  # rate-limit buckets kept (least recently used dropped first)
+RATE_LIMIT_CLIENTS = 1024
+# bcrypt checks waiting or running (one worker, ~0.1-0.2 s each at cost 10), per client
+# address and in all; beyond them a request is refused (429) without one, so the right
+# password never queues behind more than BCRYPT_MAX_PENDING (~2-3 s) wrong ones.
+BCRYPT_MAX_PENDING_PER_CLIENT = 4
+BCRYPT_MAX_PENDING = 16
+# That 429 comes after this pause: a client sending again as soon as answered gets a few
+# a second per connection, not thousands (which would cost the event loop what bcrypt no longer does).
+BCRYPT_REFUSAL_DELAY_SECONDS = 0.2  # rate-limit buckets kept (least recently used dropped first)
 
 
 @dataclass(frozen=True)
@@ -619,13 +627,18 @@ class Authenticator:
 
     Only successes are cached (an LRU of HMAC digests under a per-process key, never
     the password): a flood of wrong passwords cannot fill the cache, and every wrong
-    password costs the attacker a full bcrypt."""
+    password costs the attacker a full bcrypt. The checks pending are bounded per
+    client and in all (``verify`` answers None beyond): the queue cannot grow."""
 
-    def __init__(self, workers: int = config.BCRYPT_WORKERS, cache_size: int = config.AUTH_CACHE_SIZE):
+    def __init__(self, workers: int = config.BCRYPT_WORKERS, cache_size: int = config.AUTH_CACHE_SIZE,
+                 max_pending: int = BCRYPT_MAX_PENDING, max_pending_per_client: int = BCRYPT_MAX_PENDING_PER_CLIENT):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bcrypt")
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._size = cache_size
+        self._max_pending, self._max_per_client = max_pending, max_pending_per_client
+        self._pending: dict[str, int] = {}  # client -> checks waiting or running
+        self.refused = 0  # checks refused as over the bound
 
     def credentials(self, cfg: WebConfig, header: str | None) -> Credentials | None:
         """The request's basic-auth credentials; None when it has none or they are malformed."""
@@ -646,20 +659,31 @@ class Authenticator:
             return True
         return False
 
-    async def verify(self, creds: Credentials) -> bool:
+    async def verify(self, creds: Credentials, client: str = "-") -> bool | None:
+        """True if right, False if wrong, None if too many checks are pending (for
+        ``client``, or in all): refuse the request without one."""
         if self.cached(creds):
             return True
-        loop = asyncio.get_running_loop()
-        ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, creds.password, creds.hashed) and creds.known
+        if sum(self._pending.values()) >= self._max_pending or self._pending.get(client, 0) >= self._max_per_client:
+            self.refused += 1
+            return None
+        self._pending[client] = self._pending.get(client, 0) + 1
+        try:
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, creds.password, creds.hashed) and creds.known
+        finally:
+            self._pending[client] -= 1
+            if not self._pending[client]:
+                del self._pending[client]
         if ok:
             self._ok[creds.digest] = None
             while len(self._ok) > self._size:
                 self._ok.popitem(last=False)
         return ok
 
-    async def check(self, cfg: WebConfig, header: str | None) -> bool:
+    async def check(self, cfg: WebConfig, header: str | None, client: str = "-") -> bool | None:
         creds = self.credentials(cfg, header)
-        return creds is not None and await self.verify(creds)
+        return creds is not None and await self.verify(creds, client)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -723,8 +747,9 @@ class RateLimiter:
         return bucket.allow()
 
 
-def _too_many() -> web.Response:
-    return web.Response(status=429, text="too many requests\n")
+def _too_many(retry_after: int | None = None) -> web.Response:
+    return web.Response(status=429, text="too many requests\n",
+                        headers={"Retry-After": str(retry_after)} if retry_after else None)
 
 
 def auth_middleware(
@@ -764,8 +789,13 @@ def auth_middleware(
         # Not known to be right: its own bucket, taken before the bcrypt it would cost.
         if cfg.rate_limit and not limiter.allow(cfg.rate_limit, "unauthenticated", client):
             return _too_many()
-        if creds is not None and await authenticator.verify(creds):
-            return await handler(request)
+        if creds is not None:
+            ok = await authenticator.verify(creds, client)
+            if ok is None:  # too many password checks pending: refused without one
+                await asyncio.sleep(BCRYPT_REFUSAL_DELAY_SECONDS)
+                return _too_many(retry_after=1)
+            if ok:
+                return await handler(request)
         return web.Response(status=401, text="unauthorized\n",
                             headers={"WWW-Authenticate": 'Basic realm="vllm-specdec-exporter"'})
 
