@@ -192,7 +192,7 @@ def test_workload_shift_only_after_a_fall_was_seen():
     nothing earlier, the head is named first and no history is claimed; after a fall seen
     over the longest window (AL 1.99 there, no restart or k change) it is a workload shift."""
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter.health import judge
+    from vllm_specdec_exporter.health import Earlier, judge
     from vllm_specdec_exporter.model import Counters
 
     flash = profile("deepseek-ai/DeepSeek-V4-Flash", 2)
@@ -203,7 +203,7 @@ def test_workload_shift_only_after_a_fall_was_seen():
                                     "random-token load gives the same counters")  # 57 / 149
     assert "hours" not in v.hint
     after_fall = judge({"0": Counters(1000, 2000, 206, (149, 57))}, 300.0, flash, config.DETECTION,
-                       config.DEFAULT_MIN_DRAFTS, (), ("1h", 0.99))
+                       config.DEFAULT_MIN_DRAFTS, (), Earlier("1h", Counters(1000, 2000, 990, (700, 290))))
     assert [(h.cause, h.evidence) for h in after_fall.causes] == [
         ("workload_shift", "every engine (1) and every position lower together: position 0 at 14.9 %, then 38.3 % "
                            "conditional; AL 1.206 against 1.990 over 1h, with no restart or k change")]

@@ -118,6 +118,9 @@ CASES = {
                      [("draft_head_partial", "every engine (1) and every position low: position 0 at 43.0 %, then "
                                              "23.3 % conditional, with no fall seen (nothing earlier to compare "
                                              "with); synthetic random-token load gives the same counters")]),
+    # A steady weak drafter: vLLM's own CI reference for a Qwen3-VL EAGLE3 speculator (AL 1.36,
+    # position 0 at 0.29), no profile, nothing earlier: no cause, and health `unknown`.
+    "steady_weak_drafter": ("Qwen/Qwen3-VL-8B-Instruct", [[0.29, 0.06, 0.01]], {}, []),
     # The broken V4-Pro conversion (235 / 6590, 5 / 6590): garbage.
     "garbage": (PRO, [[235 / 6590, 5 / 6590]], {},
                 [("draft_head_garbage", "position 0 accepted in 3.6 % of drafts, on its only engine")]),
@@ -133,8 +136,10 @@ def test_every_surface_names_the_same_hand_worked_causes(case, tmp_path):
     for surface, got in (("report", report), ("diff", diff)):
         want = [{"cause": c, "evidence": e.replace("{drafts}", drafts[surface])} for c, e in expected]
         assert got == want, surface
-    causes, hint, summary, _ = sidecar_causes(model, lambda t: payload(model, shares, t))
+    causes, hint, summary, state = sidecar_causes(model, lambda t: payload(model, shares, t))
     assert causes == {c for c, _ in expected}, "metrics"
+    if case == "steady_weak_drafter":
+        assert state == "unknown" and hint == ""  # nothing above info: not degraded
     assert [h["cause"] for h in summary] == [c for c, _ in expected], "summary"
     assert summary == [h for h in summary if h["cause"] in causes]
     if expected:
@@ -203,3 +208,49 @@ def test_diff_refuses_a_pair_that_is_no_interval(tmp_path):
     assert set(out["models"][model]["engines"]) == {str(e) for e in range(8)} - {"3"}
     assert out["models"][model]["all"]["num_drafts"] == 7 * RATE * 60
     assert any("engine=\"3\"" in w and "not an interval (only some counters went down)" in w for w in out["warnings"])
+
+
+def test_the_same_weak_figure_after_a_fall_is_degraded_and_a_workload_shift():
+    """The steady weak drafter's figures, on a served name with no profile that was healthy
+    (0.92 / 0.69 / 0.5) for 40 minutes first: position 0 fell, so the verdict is degraded and,
+    with the fall seen over the 1h window and no restart or k change, a workload shift."""
+    model = "my-served-name"
+
+    def serve(t: float) -> bytes:
+        healthy, weak = [[0.92, 0.69, 0.5]], [[0.29, 0.06, 0.01]]
+        if t <= 2400:
+            return payload(model, healthy, t)
+        lines = []
+        for a, b in zip(payload(model, healthy, 2400).decode().splitlines(),
+                        payload(model, weak, t - 2400).decode().splitlines(), strict=True):
+            name, va = a.rsplit(" ", 1)
+            lines.append(f"{name} {float(va) + float(b.rsplit(' ', 1)[1]):.0f}")
+        return ("\n".join(lines) + "\n").encode()
+
+    async def go():
+        clock = FakeClock(0.0)
+
+        async def handle(request):
+            return web.Response(body=serve(clock.t), content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", handle)
+        runner, url = await start(app)
+        settings = build_settings({"poll": {"interval": "15s", "timeout": "2s"}},
+                                  {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
+        exp = create_app(settings, mono=clock, start_polling=False)
+        exp_runner, exp_url = await start(exp)
+        try:
+            async with aiohttp.ClientSession() as session:
+                while clock.t <= 2400 + 420:
+                    await exp[POLLERS][0].poll_once()
+                    clock.t += 15.0
+                async with session.get(exp_url + "/api/v1/summary") as r:
+                    return (await r.json())["models"][model]
+        finally:
+            await exp_runner.cleanup()
+            await runner.cleanup()
+    entry = asyncio.run(go())
+    assert entry["health"]["state"] == "degraded"
+    assert [h["cause"] for h in entry["diagnosis"]] == ["workload_shift"]
+    assert "over 1h, with no restart or k change" in entry["diagnosis"][0]["evidence"]

@@ -135,8 +135,12 @@ WARNINGS_REMEMBERED = 1000
 # Payloads above this are parsed in a worker process, so /healthz and /metrics keep
 # answering while a 32 MiB payload is read (a few seconds of Python).
 PARSE_IN_WORKER_BYTES = 256 * 1024
+# ... by one of two processes: payloads above this in one, the others in the other, so a
+# real server's payload (0.36 MB at TP=8/DP=8) never waits behind a hostile 32 MiB one.
+PARSE_BIG_BYTES = 4 * 1024 * 1024
 # A parse that takes longer (the worker died, or the machine is starved) fails the
-# poll as result="error" and the worker process is replaced.
+# poll as result="error" and the worker process is replaced. Counts the parse alone, not
+# its wait for the process.
 PARSE_TIMEOUT_SECONDS = 120
 
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
@@ -199,6 +203,10 @@ DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
 # A workload shift needs a fall seen over time: AL - 1 over the health window below this
 # fraction of the longest window's, with no restart or k change (the Dropped alert's 40 %).
 DIAG_FALL_FRACTION = 0.6
+# A position 0 under the floor is a fall (degraded, warns) only against a matched profile or
+# when it was at or above the floor within this long (the alert's max_over_time(...[1d]));
+# low from the start with neither, a weak drafter and a partly broken one look the same.
+POSITION0_LOOKBACK_SECONDS = 86400.0
 # Too good to be true: acceptance above this (the SuspiciouslyHigh alert's 98 %): repetition
 # loops, a broken detector or broken metrics. No real workload in baselines.md exceeds 96 %.
 DIAG_TOO_GOOD_ACCEPTANCE = 0.98

@@ -39,6 +39,15 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class Earlier:
+    """What came before the interval, when known (the sidecar; never report or diff)."""
+
+    label: str = ""  # the longer window ``counters`` cover
+    counters: Counters | None = None  # the model over it: a workload shift needs a fall against it
+    position0_healthy: bool = False  # position 0 at or above the floor within the last day
+
+
+@dataclass(frozen=True, slots=True)
 class Hint:
     cause: str  # one of config.CAUSES
     evidence: str  # the figures that point at it
@@ -100,14 +109,14 @@ def _chain(total: Counters, min_drafts: int) -> list[Hint]:
 
 
 def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, fell: bool | None = None,
-             changes: Sequence[str] = (), earlier: tuple[str, float] | None = None) -> tuple[Hint, ...]:
+             changes: Sequence[str] = (), earlier: Earlier | None = None) -> tuple[Hint, ...]:
     """Fingerprints of the causes in one interval's counters: the one classifier every surface
     uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
 
     ``fell``: the verdict is degraded or collapsed (None: from the counters alone);
-    ``changes``: restarts and k changes seen over the interval; ``earlier``: (label, AL - 1)
-    over a longer earlier period when known (the sidecar's longest window; never in report
-    or diff): only a fall seen there, with no change, is called a workload shift."""
+    ``changes``: restarts and k changes seen over the interval; ``earlier``: the counters of
+    a longer earlier period when known (the sidecar's longest window; never in report or
+    diff): only a fall seen there, with no change, is called a workload shift."""
     judged = {e: c for e, c in engines.items()
               if c.drafts >= max(min_drafts, 1) and c.k and not invariant_violations(c, "engine")}
     if not judged:
@@ -142,11 +151,12 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     if not falls and not shape:
         cond = [v for v in st.conditional_acceptance[1:] if v is not None]
         then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
-        seen = earlier is not None and gain < config.DIAG_FALL_FRACTION * earlier[1]
-        if seen and earlier is not None:
+        e = earlier.counters if earlier is not None else None
+        before = None if e is None or e.drafts <= 0 else _gain(e)
+        if earlier is not None and before is not None and gain < config.DIAG_FALL_FRACTION * before:
             falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
                                                 f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
-                                                f"{1 + earlier[1]:.3f} over {earlier[0]}, with no restart or k change"))
+                                                f"{1 + before:.3f} over {earlier.label}, with no restart or k change"))
         else:
             # Nothing earlier to compare with: at the start of a deployment the head is the likelier cause.
             falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low: position "
@@ -181,10 +191,10 @@ def engine_state(c: Counters, model_gain: float | None, span: float | None, det:
 
 def judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
           det: Detection, min_drafts: int, changes: Sequence[str] = (),
-          earlier: tuple[str, float] | None = None) -> Verdict:
+          earlier: Earlier | None = None) -> Verdict:
     """The verdict over one interval (``engines``: its counter increments; ``span``: its seconds,
     None when unknown, as between two dumps), with the likely causes (``diagnose``)."""
-    v = _judge(engines, span, profile, det, min_drafts)
+    v = _judge(engines, span, profile, det, min_drafts, earlier)
     if v.state in ("idle",) or (v.state == "unknown" and "invariants" in v.reason):
         return v
     fell = v.state in ("degraded", "collapsed")
@@ -192,7 +202,7 @@ def judge(engines: Mapping[str, Counters], span: float | None, profile: Baseline
 
 
 def _judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
-           det: Detection, min_drafts: int) -> Verdict:
+           det: Detection, min_drafts: int, earlier: Earlier | None = None) -> Verdict:
     if not engines:
         return Verdict("idle", "no drafts in the window", {})
     total = sum_counters(engines.values())
@@ -215,6 +225,11 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
         return Verdict("degraded", what, states)
     pos0 = st.per_position_acceptance[0] if st.per_position_acceptance else None
     if pos0 is not None and pos0 < det.position0_floor:
+        # Low against a profile, or after it was better: a fall. Low from the start with neither:
+        # a steady weak drafter and a partly broken one cannot be told apart (as the alert).
+        if profile is None and not (earlier is not None and earlier.position0_healthy):
+            return Verdict("unknown", f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g} from the start, "
+                           f"with no profile: a weak drafter or a partly broken one", states)
         return Verdict("degraded", f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g}: a broken draft "
                        f"path, or synthetic random-token load such as a benchmark", states)
     if profile is not None:

@@ -15,7 +15,7 @@ import multiprocessing
 import random
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
@@ -27,7 +27,7 @@ import structlog
 from . import config
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import Hint, Verdict, judge, match_profile
+from .health import Earlier, Hint, Verdict, judge, match_profile
 from .history import Observation, TargetHistory, admit
 from .metrics import sample
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
@@ -100,7 +100,8 @@ class TargetView:
 
 
 def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], settings: Settings,
-                method: str | None, changes: Mapping[str, Sequence[str]] | None = None) -> tuple[ModelView, ...]:
+                method: str | None, changes: Mapping[str, Sequence[str]] | None = None,
+                position0_healthy: Collection[str] = ()) -> tuple[ModelView, ...]:
     """Derived figures per model and window, summed over engines (sums before ratios)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
@@ -133,7 +134,7 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
                 # The verdict reads the raw counters of the window, not derived figures.
                 judged[model] = judge(engines, window.span_seconds, profiles[model], settings.detection,
                                       settings.min_drafts, (changes or {}).get(model, ()),
-                                      _earlier(history, settings, model))
+                                      _earlier(history, settings, model, model in position0_healthy))
     views = []
     for model in sorted(per_model):
         verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
@@ -142,15 +143,16 @@ def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], setti
     return tuple(views)
 
 
-def _earlier(history: TargetHistory, settings: Settings, model: str) -> tuple[str, float] | None:
-    """The model's AL - 1 over the longest window, when it is longer than the health window:
-    what diagnose compares with before it calls a fall a workload shift."""
+def _earlier(history: TargetHistory, settings: Settings, model: str, position0_healthy: bool) -> Earlier:
+    """What came before the health window: the model over the longest window (when longer) and
+    whether its position 0 was healthy within the last day."""
     label = settings.windows[-1][0]
     window = history.window(label) if label != settings.health_window else None
-    if window is None:
-        return None
-    total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
-    return (label, total.accepted / total.drafts) if total.drafts >= max(settings.min_drafts, 1) else None
+    total = None
+    if window is not None:
+        total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
+    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
+                   position0_healthy)
 
 
 class TargetPoller:
@@ -181,6 +183,7 @@ class TargetPoller:
         # What changed per model (restarts, k), with when: a fall that coincides is a hint.
         self._changes: dict[str, list[tuple[float, str]]] = {}
         self._k: dict[str, int] = {}
+        self._position0_healthy_at: dict[str, float] = {}  # model -> when its position 0 was last healthy
         self._appeared_logged = 0
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
@@ -260,6 +263,18 @@ class TargetPoller:
                 log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
         return message
 
+    def _remember_position0(self, now: float, models: Sequence[ModelView]) -> None:
+        """Which models had a healthy position 0 within a day (the alert's lookback): a low one
+        then is a fall, not a steady weak drafter (health.judge)."""
+        for mv in models:
+            w = mv.windows.get(self.settings.health_window)
+            pos0 = w.stats.per_position_acceptance[0] if w is not None and w.stats.k else None
+            if pos0 is not None and pos0 >= self.settings.detection.position0_floor \
+                    and w is not None and w.stats.num_drafts >= self.settings.min_drafts:
+                self._position0_healthy_at[mv.model_name] = now
+        horizon = now - config.POSITION0_LOOKBACK_SECONDS
+        self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
+
     def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, list[str]]:
         """Restarts and k changes per model within the health window (for the diagnosis)."""
         for model, engine in observation.restarted:
@@ -312,7 +327,9 @@ class TargetPoller:
         # The views read the history (only this poller writes it, and it waits here): in a
         # thread, as at 4,096 engines they take ~0.4 s that /healthz would otherwise wait.
         models = await asyncio.to_thread(model_views, self.history, _consistent(self.history, read.kept), self.settings,
-                                         self.target.method, self._recent_changes(now, observation, read.kept))
+                                         self.target.method, self._recent_changes(now, observation, read.kept),
+                                         set(self._position0_healthy_at))
+        self._remember_position0(now, models)
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)

@@ -332,10 +332,20 @@ def _engine_lagging(x: X) -> tuple[str, str]:
 
 
 def _position0_low(x: X) -> tuple[str, str]:
-    return (f'max without(position) ({x.pos5}{{position="0"}}) < {x.t["position0_floor"]}\n'
-            f'and {x.on} {x.d5} > {x.floor}',
+    # A low position 0 warns only against a matched profile or after a fall: position 0 at or
+    # above the floor over some hour of the last day. A steady weak drafter with no profile
+    # and nothing better seen (vLLM's Qwen3-VL EAGLE3 reference: 0.29) is not a fall (issue 21).
+    L, hw, o = c.ALERT_LEVEL, x.o.hourly_window, x.o
+    baseline = name(L, "baseline_mean_acceptance_length", "max")
+    pos1h = name(L, "position_acceptance_ratio", f"ratio_rate{hw}")
+    floor = x.t["position0_floor"]
+    return (f'max without(position) ({x.pos5}{{position="0"}}) < {floor}\n'
+            f'and {x.on} {x.d5} > {x.floor}\n'
+            f'and {x.on} (\n  {baseline}\n  or max without(position) '
+            f'(max_over_time({pos1h}{{position="0"}}[{o.day_range}])) >= {floor}\n)',
             f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
-            f"(healthy MTP: 66 % or more, whatever k). Either a broken draft path (draft sampling, missing draft "
+            f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
+            f"{floor} or more within {o.day_range}. Either a broken draft path (draft sampling, missing draft "
             f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
             f"same counters.")
 
@@ -451,11 +461,15 @@ def _request_extremes(x: X) -> tuple[str, str]:
         below, above = (f"max by ({lb}) ({m.name(f'request_acceptance_{side}_ratio')}{sel})" for side in ("below", "above"))
         finished = f"max by ({lb}) ({m.name('window_requests')}{sel})"
     else:
-        rng, h = x.o.range(w), c.VLLM_V1_REQUEST_ACCEPTANCE
-        finished = f"sum by ({lb}) (increase({h}_count{_sel(x.o)}[{rng}]))"
+        rng = x.o.range(w)
+
+        def either(suffix: str, sel: str) -> str:
+            # Both names vLLM may use (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES); the first wins when both are there.
+            return " or ".join(f"increase({n}{suffix}{sel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
+        finished = f"sum by ({lb}) ({either('_count', _sel(x.o))})"
 
         def le(edge: str) -> str:
-            return f"sum by ({lb}) (increase({h}_bucket{_sel(x.o, f'le={chr(34)}{edge}{chr(34)}')}[{rng}]))"
+            return f"sum by ({lb}) ({either('_bucket', _sel(x.o, f'le={chr(34)}{edge}{chr(34)}'))})"
         below, above = f"{le(low)} / on({lb}) {finished}", f"1 - {le(high)} / on({lb}) {finished}"
     return (f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
             f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {x.where} had a draft "
@@ -516,13 +530,11 @@ ALERTS: tuple[Alert, ...] = (
     Alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning", c.ALERT_POSITION0_FOR,
           ("position0_floor", "min_drafts_per_second"),
           "The first draft position is rarely accepted: a broken draft path, or synthetic load.", _position0_low,
-          "a workload shift (synthetic random-token load, temperature, traffic mix) or a partly broken draft path "
-          "(draft sampling, missing draft context): the counters cannot tell them apart."),
+          'a partly broken draft head (conversion, loader, draft sampling or context) if it has been low since a deployment; a workload shift (synthetic random-token load, temperature, traffic mix) if it fell without one: the counters alone cannot tell them apart.'),
     Alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", c.ALERT_BELOW_BASELINE_FOR,
           ("degraded_fraction", "min_drafts_per_second"),
           "Speculative-decoding acceptance is below the baseline profile's expectation.", _below_baseline,
-          "a workload shift (traffic mix, temperature, synthetic load) or a partly broken draft path; if position 0 "
-          "is healthy, the chain breaks after it."),
+          'a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.'),
     Alert("VLLMSpecDecodeAcceptanceDropped", "warning", c.ALERT_DROPPED_FOR, ("drop_fraction", "min_drafts_per_second"),
           "Speculative-decoding acceptance fell sharply against this deployment's own history.", _dropped,
           "a workload shift if the fall was gradual; a configuration change (new artifact or version at the same k) "
