@@ -65,3 +65,15 @@ def test_a_query_string_secret_reaches_no_output(tmp_path):
     assert "/echo-junk?token=&lt;redacted&gt;&#x27;</td>" in surfaces["landing page"]  # the echo, scrubbed
     assert "/ok?token=<redacted>)" in surfaces["report ok"]
     assert "/ok?token=<redacted>" in surfaces["logs"]  # target_up names the URL, redacted
+
+
+def test_harmless_short_query_values_are_not_scrubbed_from_messages():
+    """Every query value is redacted where the URL is shown, but only credential-like keys
+    (token, key, secret, pass, auth, sig...) or values of 12+ characters are scrubbed from
+    free text: with `format=text` scrubbed, "not Prometheus text" read "not Prometheus
+    <redacted>" (review of a782915)."""
+    from vllm_specdec_exporter.sources import scrub
+
+    secrets = credentials("http://h:9/m?format=text&token=s3cret&x=0123456789abcdef")
+    assert "text" not in secrets and {"s3cret", "0123456789abcdef"} <= set(secrets)
+    assert scrub("body is not Prometheus text: s3cret", secrets) == "body is not Prometheus text: <redacted>"

@@ -7,6 +7,7 @@ the body while streaming, so an endless response cannot exhaust memory.
 from __future__ import annotations
 
 import base64
+import re
 import sys
 from http import HTTPStatus
 from pathlib import Path
@@ -67,9 +68,15 @@ def credentials(url: str, token: str | None = None) -> tuple[str, ...]:
     if password:
         pair = f"{unquote(user or '')}:{unquote(password)}".encode()
         found += [password, unquote(password), base64.b64encode(pair).decode()]
-    for value in (p.partition("=")[2] for p in query.split("&")):
-        found += [value, unquote(value), unquote_plus(value)]
+    for key, _, value in (p.partition("=") for p in query.split("&")):
+        # A value under a credential-like key, or long enough to be a generated secret; not
+        # `format=text`, which would turn every "not Prometheus text" into "<redacted>".
+        if _SECRET_KEY.search(unquote_plus(key)) or len(value) >= 12:
+            found += [value, unquote(value), unquote_plus(value)]
     return tuple(s for s in dict.fromkeys(found) if len(s) >= 4)
+
+
+_SECRET_KEY = re.compile(r"(?i)token|key|secret|pass|pwd|auth|sig|cred|session|bearer|jwt")
 
 
 _Text = TypeVar("_Text", str, str | None)
