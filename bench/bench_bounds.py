@@ -5,6 +5,7 @@ five hostile ones. The real `serve` process on loopback. Prints `name: value` li
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -148,7 +149,69 @@ def healthz_beside_metrics(interval: str, seconds: float = 30.0) -> dict:
         up.close()
 
 
+def worker_peak_mb(size: int) -> tuple[float, float]:
+    """Peak resident memory of a fresh parsing process over one payload of ``size`` bytes
+    (spec-decode lines only: the most a payload can make it hold), and the seconds it took."""
+    import asyncio
+
+    from vllm_specdec_exporter import service
+
+    body = hostile_payload(size)
+
+    async def go() -> tuple[int, float]:
+        started = time.perf_counter()
+        await service._in_worker(len(body), service.read_payload, body, 32 * 1024 * 1024, None, {}, 512)
+        pid = next(iter(service._pool(len(body) > service.config.PARSE_BIG_BYTES)._processes))
+        took = time.perf_counter() - started
+        return pid, took
+    pid, took = asyncio.run(go())
+    status = Path(f"/proc/{pid}/status").read_text()
+    service.close_parse_pool()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024, took
+
+
+def healthy_beside_hostile(seconds: float = 60.0, hostile: int = 5) -> dict:
+    """A healthy target (8 engines, ~0.5 MB) beside ``hostile`` targets serving 32 MiB payloads,
+    1 s polls: the healthy target's poll gaps, and the peak memory of every process."""
+    big = hostile_payload()
+    seen: list[float] = []
+
+    def healthy(n: int) -> bytes:
+        seen.append(time.monotonic())
+        body = "".join(engine_block(str(e), 1000 * (n + 1), 2, "m") for e in range(8))
+        return (body + "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}"}} {i}\n' for i in range(7000))).encode()
+    ups = [Upstream(healthy)] + [Upstream(lambda n: big) for _ in range(hostile)]
+    targets = "".join(f"  - {{name: t{i}, url: '{u.url}'}}\n" for i, u in enumerate(ups))
+    serve = Serve(f"targets:\n{targets}poll: {{interval: 1s, timeout: 4s}}\n")
+    try:
+        while sum(u.requests for u in ups[1:]) < 2 * hostile:
+            time.sleep(0.5)
+        start = time.monotonic()
+        time.sleep(seconds)
+        window = [t for t in seen if t >= start]
+        gaps = [b - a for a, b in itertools.pairwise(window)] or [seconds]
+        children = Path(f"/proc/{serve.proc.pid}/task/{serve.proc.pid}/children").read_text().split()
+
+        def hwm(pid: int | str) -> float:
+            status = Path(f"/proc/{pid}/status").read_text()
+            return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+        return {"polls": len(window), "longest_gap_s": max(gaps), "median_gap_s": sorted(gaps)[len(gaps) // 2],
+                "main_peak_mb": hwm(serve.proc.pid), "children_peak_mb": sorted((hwm(c) for c in children), reverse=True)}
+    finally:
+        serve.stop()
+        for u in ups:
+            u.close()
+
+
 def main() -> int:
+    for mib in (8, 16, 32):
+        peak, took = worker_peak_mb(mib * 1024 * 1024 - 4096)
+        print(f"parsing_process_peak_mb_{mib}_mib_payload: {peak:.0f}  ({took:.1f} s)")
+    r = healthy_beside_hostile()
+    print(f"healthy_target_poll_gap_s_beside_5_hostile: median {r['median_gap_s']:.2f}, longest {r['longest_gap_s']:.2f}  "
+          f"({r['polls']} polls in 60 s at a 1 s interval)")
+    print(f"serve_peak_mb_beside_5_hostile: main {r['main_peak_mb']:.0f}, parsing processes "
+          f"{', '.join(f'{m:.0f}' for m in r['children_peak_mb'])}")
     for interval in ("5s", "1s"):
         r = healthz_beside_metrics(interval)
         print(f"healthz_p99_ms_4096_engines_poll_{interval}: {r['p99_ms']:.0f}  (worst {r['worst_ms']:.0f} ms, "

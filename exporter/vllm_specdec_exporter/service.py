@@ -15,6 +15,7 @@ import multiprocessing
 import random
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -203,7 +204,8 @@ class TargetPoller:
         args = (body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series)
         # A 32 MiB payload takes seconds of Python: in a worker process, so /healthz and
         # /metrics keep answering (a thread would share the GIL: 0.5 s stalls, measured).
-        read = await _in_worker(read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES else read_payload(*args)
+        read = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES \
+            else read_payload(*args)
         if isinstance(read, _WorkerError):
             raise read
         return read
@@ -475,22 +477,31 @@ _RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
             UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
 
 
-_POOL: list[ProcessPoolExecutor] = []  # the one parsing process, started on the first big payload
+# The parsing processes, one per lane, each started on its lane's first payload: payloads
+# over PARSE_BIG_BYTES (True) and the others, so a real server's payload (~0.4 MB for
+# TP=8/DP=8) never waits behind a hostile 32 MiB one (seconds of parsing).
+_POOLS: dict[bool, ProcessPoolExecutor] = {}
+# One payload at a time per process, the others wait here (at most one per target: a
+# target's polls are sequential). Per event loop: an asyncio.Lock belongs to one.
+_LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[bool, asyncio.Lock]] = weakref.WeakKeyDictionary()
 
 
-def _pool() -> ProcessPoolExecutor:
-    if not _POOL:
+def _pool(big: bool = False) -> ProcessPoolExecutor:
+    if big not in _POOLS:
         # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
         # threaded process can deadlock. A ProcessPoolExecutor (not multiprocessing.Pool)
         # notices a worker that died and fails its future instead of waiting forever.
-        _POOL.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
-    return _POOL[0]
+        _POOLS[big] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return _POOLS[big]
 
 
-def close_parse_pool() -> None:
-    """Kill the parsing process (at shutdown: a parse in progress must not hold up SIGTERM)."""
-    while _POOL:
-        pool = _POOL.pop()
+def close_parse_pool(big: bool | None = None) -> None:
+    """Kill the parsing processes, or one lane's (at shutdown: a parse in progress must
+    not hold up SIGTERM)."""
+    for lane in list(_POOLS) if big is None else [big]:
+        pool = _POOLS.pop(lane, None)
+        if pool is None:
+            continue
         processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on them
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in processes:
@@ -501,14 +512,18 @@ def close_parse_pool() -> None:
 _T = TypeVar("_T")
 
 
-async def _in_worker(fn: Callable[..., _T], *args: object) -> _T:
-
-    try:
-        future = asyncio.get_running_loop().run_in_executor(_pool(), fn, *args)
-        # A starved or stuck worker must not hold the poll forever.
-        return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
-    except (TimeoutError, BrokenProcessPool) as e:
-        close_parse_pool()  # the next big payload starts a fresh process
-        what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
-
-        raise _WorkerError(f"the parsing process {what}; it was replaced", "") from None
+async def _in_worker(size: int, fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` in the parsing process of the lane for a ``size``-byte payload. The
+    timeout counts the parse alone, not the wait for the process; as a process parses one
+    payload at a time, one that dies or is killed fails that payload's poll only."""
+    big = size > config.PARSE_BIG_BYTES
+    lock = _LANES.setdefault(asyncio.get_running_loop(), {}).setdefault(big, asyncio.Lock())
+    async with lock:
+        try:
+            future = asyncio.get_running_loop().run_in_executor(_pool(big), fn, *args)
+            # A starved or stuck worker must not hold the poll forever.
+            return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
+        except (TimeoutError, BrokenProcessPool) as e:
+            close_parse_pool(big)  # the lane's next payload starts a fresh process
+            what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
+            raise _WorkerError(f"the parsing process {what}; it was replaced", "") from None
