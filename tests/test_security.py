@@ -14,6 +14,8 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+import structlog
+import structlog.testing
 import yaml
 from aiohttp import web
 
@@ -185,17 +187,21 @@ def test_targets_come_only_from_configuration():
 # client with no certificate, with one from the CA, and with a self-signed one.
 CLIENT_AUTH_MATRIX = {
     "NoClientCert": {None: 200, "client": 200, "selfsigned": 200},
-    "RequestClientCert": {None: 200, "client": 200, "selfsigned": 200},
-    "RequireAnyClientCert": {None: "refused", "client": 200, "selfsigned": 200},
     "VerifyClientCertIfGiven": {None: 200, "client": 200, "selfsigned": "refused"},
     "RequireAndVerifyClientCert": {None: "refused", "client": 200, "selfsigned": "refused"},
+}
+# The modes that accept a certificate unverified: Python's ssl has no supported API for
+# them (it verifies every certificate it asks for), so they are refused, naming what to use.
+REFUSED_CLIENT_AUTH = {
+    "RequestClientCert": "VerifyClientCertIfGiven",
+    "RequireAnyClientCert": "RequireAndVerifyClientCert",
+    "RequireClientCert": "RequireAndVerifyClientCert",
 }
 
 
 @pytest.mark.parametrize("mode", CLIENT_AUTH_MATRIX)
 def test_every_client_auth_type_behaves_as_in_exporter_toolkit(tmp_path, pki, mode):
-    """The two "any" modes accept a presented certificate without verifying it; the
-    verify modes check it against client_ca_file."""
+    """The verify modes check a presented certificate against client_ca_file."""
     tls = {"client_auth_type": mode}
     if "Verify" in mode:
         tls["client_ca_file"] = str(pki / "ca.crt")
@@ -207,6 +213,45 @@ def test_every_client_auth_type_behaves_as_in_exporter_toolkit(tmp_path, pki, mo
     finally:
         server.stop()
     assert seen == CLIENT_AUTH_MATRIX[mode]
+
+
+@pytest.mark.parametrize("mode", REFUSED_CLIENT_AUTH)
+def test_unverified_client_auth_modes_are_refused_at_start_in_one_line(tmp_path, pki, mode):
+    """exit 2 and one stderr line naming the mode and what to use instead; the refusal
+    comes from the config check, never from anything that touches OpenSSL's memory."""
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={
+        "client_auth_type": mode, "client_ca_file": str(pki / "ca.crt")})
+    proc = run_cli("serve", "--vllm.url", "http://127.0.0.1:1/m", "--web.config.file", str(cfg))
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("vllm-specdec-exporter: error: config: tls_server_config.client_auth_type: "
+                               + mode + " "), lines[0]
+    assert f"use {REFUSED_CLIENT_AUTH[mode]} with client_ca_file" in lines[0], lines[0]
+    assert "Traceback" not in err and "Segmentation" not in err
+
+
+@pytest.mark.parametrize("mode", REFUSED_CLIENT_AUTH)
+def test_a_reload_to_an_unverified_client_auth_mode_keeps_the_last_good_config(tmp_path, pki, mode):
+    from vllm_specdec_exporter.webconfig import LiveWebConfig
+
+    good = {"client_auth_type": "VerifyClientCertIfGiven", "client_ca_file": str(pki / "ca.crt")}
+    path = write_web_config(tmp_path / "web.yaml", pki, tls_server_config=good)
+    clock = [0.0]
+    live = LiveWebConfig(str(path), mono=lambda: clock[0])
+    before = live.config
+    write_web_config(path, pki, tls_server_config={**good, "client_auth_type": mode})
+    clock[0] += 10
+    with structlog.testing.capture_logs() as logs:
+        assert live.current() is before  # no running loop: loaded in place, and refused
+    assert live.last_reload_ok is False and live.reload_failures == 1
+    assert before.client_auth == "VerifyClientCertIfGiven"
+    assert before.ssl_context is not None and before.ssl_context.verify_mode == ssl.CERT_OPTIONAL
+    assert [(r["event"], r["log_level"]) for r in logs] == [("web_config_reload_failed", "error")]
+    error = logs[0]["error"]
+    assert "\n" not in error and f"tls_server_config.client_auth_type: {mode}" in error, error
+    assert f"use {REFUSED_CLIENT_AUTH[mode]}" in error, error
 
 
 def _start_mtls(cfg: Path, pki: Path):
@@ -322,6 +367,11 @@ def test_client_allowed_sans(tmp_path, pki):
      "config: tls_server_config.cipher_suites: unknown 'TLS_RSA_WITH_RC4_128_SHA'"),
     ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "curve_preferences": ["CurveP224"]}},
      "config: tls_server_config.curve_preferences: unknown 'CurveP224'"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "curve_preferences": ["X25519", "CurveP256"]}},
+     "config: tls_server_config.curve_preferences: 2 curves listed: Python's ssl module sets one curve"),
+    ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "client_auth_type": "RequestClientCert"}},
+     "config: tls_server_config.client_auth_type: RequestClientCert (accept a client certificate without verifying "
+     "it) cannot be honoured"),
     ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "client_ca_file": "{ca}"}},
      "config: tls_server_config.client_ca_file: set without a client_auth_type"),
     ({"tls_server_config": {"cert_file": "{crt}", "key_file": "{key}", "client_auth_type": "VerifyClientCertIfGiven"}},

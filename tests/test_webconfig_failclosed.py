@@ -128,7 +128,7 @@ def _reload(live, clock, path: Path, content: dict | str):
     (lambda tls: {"tls_server_config": tls}, "remove every basic_auth_users"),
     (lambda tls: {"tls_server_config": {**tls, "client_auth_type": "VerifyClientCertIfGiven"},
                   "basic_auth_users": "USERS"}, "stop requiring a client certificate"),
-    (lambda tls: {"tls_server_config": {**tls, "client_auth_type": "RequireAnyClientCert"},
+    (lambda tls: {"tls_server_config": {"cert_file": tls["cert_file"], "key_file": tls["key_file"]},
                   "basic_auth_users": "USERS"}, "stop verifying client certificates"),
     (lambda tls: {"tls_server_config": {k: v for k, v in tls.items() if k != "client_allowed_sans"},
                   "basic_auth_users": "USERS"}, "drop client_allowed_sans"),

@@ -5,15 +5,15 @@ exporter-toolkit web-config file format (``--web.config.file``), with its semant
     tls_server_config:
       cert_file: server.crt                          # or cert: <PEM> inline is refused (see below)
       key_file: server.key
-      client_auth_type: RequireAndVerifyClientCert   # NoClientCert (default), RequestClientCert,
-                                                     # RequireAnyClientCert, VerifyClientCertIfGiven
+      client_auth_type: RequireAndVerifyClientCert   # NoClientCert (default) or VerifyClientCertIfGiven;
+                                                     # RequestClientCert, RequireAnyClientCert: refused
       client_ca_file: ca.crt                         # or client_ca: <PEM>
       client_allowed_sans: [prometheus.monitoring]   # the client cert must carry one of these SANs (IPs: any spelling)
       min_version: TLS12                             # TLS12 (default) or TLS13
       max_version: TLS13                             # TLS12 or TLS13 (default)
       cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # Go names; TLS 1.3 suites as in Go: fixed
       prefer_server_cipher_suites: true              # default true
-      curve_preferences: [X25519, CurveP256]
+      curve_preferences: [X25519]                    # one curve: Python's ssl sets no list of them
     http_server_config:
       headers: {X-Frame-Options: deny}               # the toolkit's five security headers
       http2: false                                   # this server speaks HTTP/1.1 only: true is refused
@@ -39,7 +39,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import ctypes
 import hashlib
 import hmac
 import ipaddress
@@ -70,11 +69,16 @@ log = structlog.get_logger("vllm_specdec_exporter")
 # exporter-toolkit name -> (OpenSSL verify flags, verify the chain against client_ca_file)
 CLIENT_AUTH = {
     "NoClientCert": (ssl.CERT_NONE, False),
-    "RequestClientCert": (ssl.CERT_OPTIONAL, False),
-    "RequireAnyClientCert": (ssl.CERT_REQUIRED, False),
-    "RequireClientCert": (ssl.CERT_REQUIRED, False),  # the toolkit's old name for RequireAnyClientCert
     "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
     "RequireAndVerifyClientCert": (ssl.CERT_REQUIRED, True),
+}
+# The toolkit's modes that accept a client certificate without verifying it -> what to
+# use instead. Python's ssl module verifies every certificate it asks for (CERT_OPTIONAL,
+# CERT_REQUIRED) and has no API to ask for one and accept it unverified: refused.
+CLIENT_AUTH_REFUSED = {
+    "RequestClientCert": "VerifyClientCertIfGiven",
+    "RequireAnyClientCert": "RequireAndVerifyClientCert",
+    "RequireClientCert": "RequireAndVerifyClientCert",  # the toolkit's old name for RequireAnyClientCert
 }
 # TLS 1.0/1.1: OpenSSL 3's default security level refuses them whatever the config says.
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -95,7 +99,10 @@ CIPHERS = {
     "TLS_AES_256_GCM_SHA384": None,
     "TLS_CHACHA20_POLY1305_SHA256": None,
 }
-CURVES = {"CurveP256": "P-256", "CurveP384": "P-384", "CurveP521": "P-521", "X25519": "X25519"}
+# Go's names -> OpenSSL's short names, as SSLContext.set_ecdh_curve takes them. That is
+# Python's only curve setting, and it sets one curve (the only group offered): a list of
+# several, an order of preference, is refused.
+CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
 # The toolkit's configurable response headers; a list holds the only valid values.
 HEADERS: dict[str, tuple[str, ...]] = {
     "Strict-Transport-Security": (), "X-Content-Type-Options": ("nosniff",),
@@ -147,54 +154,6 @@ def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
     if old.users and not new.users:
         out.append("remove every basic_auth_users entry")
     return out
-
-
-# --- OpenSSL settings Python's ssl module has no API for -----------------------------
-
-def _libssl() -> ctypes.CDLL:
-    import _ssl
-    lib = ctypes.CDLL(_ssl.__file__)  # resolves libssl's symbols through _ssl's own link
-    lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
-    lib.SSL_CTX_get_options.argtypes = [ctypes.c_void_p]
-    lib.SSL_CTX_get_options.restype = ctypes.c_uint64
-    lib.SSL_CTX_set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
-    lib.SSL_CTX_ctrl.restype = ctypes.c_long
-    return lib
-
-
-_VERIFY_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
-_ACCEPT_ANY = _VERIFY_CB(lambda preverify_ok, store: 1)  # module-level: must outlive every context
-_SSL_CTRL_SET_GROUPS_LIST = 92
-
-
-def _ssl_ctx(ctx: ssl.SSLContext, key: str) -> tuple[ctypes.CDLL, int]:
-    """The context's SSL_CTX*, checked against what Python reports before anything is set through it."""
-    try:
-        lib = _libssl()
-        ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
-        ok = ptr and lib.SSL_CTX_get_options(ptr) == ctx.options and lib.SSL_CTX_get_verify_mode(ptr) == {
-            ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}[ctx.verify_mode]
-    except (OSError, AttributeError, ValueError):
-        ok = False
-    if not ok or not ptr:
-        raise ConfigError(key, "cannot be honoured with this Python build's ssl module")
-    return lib, ptr
-
-
-def _accept_any_client_cert(ctx: ssl.SSLContext, required: bool) -> None:
-    """Request (or require) a client certificate and accept it unverified, as Go's
-    RequestClientCert / RequireAnyClientCert do: Python's ssl can only request one
-    it then verifies."""
-    lib, ptr = _ssl_ctx(ctx, "tls_server_config.client_auth_type")
-    lib.SSL_CTX_set_verify(ptr, 1 | (2 if required else 0), ctypes.cast(_ACCEPT_ANY, ctypes.c_void_p))
-
-
-def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
-    lib, ptr = _ssl_ctx(ctx, "tls_server_config.curve_preferences")
-    groups = ":".join(CURVES[n] for n in names).encode()
-    if lib.SSL_CTX_ctrl(ptr, _SSL_CTRL_SET_GROUPS_LIST, 0, groups) != 1:
-        raise ConfigError("tls_server_config.curve_preferences", f"OpenSSL refused {names}")
 
 
 # --- Loading ------------------------------------------------------------------------
@@ -292,6 +251,11 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     except ssl.SSLError as e:  # never quote the files: one of them is a private key
         raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({e.reason})") from None
     auth = tls.get("client_auth_type", "NoClientCert")
+    if isinstance(auth, str) and auth in CLIENT_AUTH_REFUSED:
+        raise ConfigError("tls_server_config.client_auth_type",
+                          f"{auth} (accept a client certificate without verifying it) cannot be honoured: Python's "
+                          f"ssl module verifies every certificate it asks for; use {CLIENT_AUTH_REFUSED[auth]} "
+                          "with client_ca_file")
     if auth not in CLIENT_AUTH:
         raise ConfigError("tls_server_config.client_auth_type", f"{_show(auth)} is not one of {', '.join(CLIENT_AUTH)}")
     mode, verify = CLIENT_AUTH[auth]
@@ -312,8 +276,6 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     except ssl.SSLError as e:
         raise ConfigError("tls_server_config.client_ca_file", f"cannot load the CA certificates ({e.reason})") from None
     ctx.verify_mode = mode
-    if mode != ssl.CERT_NONE and not verify:
-        _accept_any_client_cert(ctx, required=mode == ssl.CERT_REQUIRED)
     if "cipher_suites" in tls:
         wanted = [CIPHERS[n] for n in _names("tls_server_config.cipher_suites", tls["cipher_suites"], CIPHERS)]
         tls12 = [n for n in wanted if n]
@@ -327,7 +289,15 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     ctx.options = (ctx.options | ssl.OP_CIPHER_SERVER_PREFERENCE) if prefer else \
         (ctx.options & ~ssl.OP_CIPHER_SERVER_PREFERENCE)
     if "curve_preferences" in tls:
-        _set_curves(ctx, _names("tls_server_config.curve_preferences", tls["curve_preferences"], CURVES))
+        curves = _names("tls_server_config.curve_preferences", tls["curve_preferences"], CURVES)
+        if len(curves) > 1:
+            raise ConfigError("tls_server_config.curve_preferences",
+                              f"{len(curves)} curves listed: Python's ssl module sets one curve, not an order of "
+                              f"preference; list one (e.g. [{curves[0]}]) or leave the key out for OpenSSL's defaults")
+        try:
+            ctx.set_ecdh_curve(CURVES[curves[0]])
+        except (ValueError, ssl.SSLError):
+            raise ConfigError("tls_server_config.curve_preferences", f"OpenSSL here refuses {curves[0]}") from None
     sans = tls.get("client_allowed_sans")
     if sans is not None:
         if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
