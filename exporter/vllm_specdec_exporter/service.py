@@ -278,14 +278,18 @@ class TargetPoller:
         self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
 
     def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, list[str]]:
-        """Restarts and k changes per model within the health window (for the diagnosis)."""
+        """Restarts and k changes per model within the health window (for the diagnosis). A change
+        while the model was already degraded or collapsed (the last verdict) is not kept: the fall
+        started before it, so it cannot be its cause (a restart that fixes a fall, issue 24)."""
+        fallen = {mv.model_name for mv in self.view.models if mv.health in ("degraded", "collapsed")}
         for model, engine in observation.restarted:
-            self._changes.setdefault(model, []).append((now, f"a restart of engine {engine}"))
+            if model not in fallen:
+                self._changes.setdefault(model, []).append((now, f"a restart of engine {engine}"))
         ks: dict[str, int] = {}
         for (model, _), c in kept.items():
             ks[model] = max(ks.get(model, 0), c.k)
         for model, k in ks.items():
-            if self._k.get(model, k) != k:
+            if self._k.get(model, k) != k and model not in fallen:
                 self._changes.setdefault(model, []).append((now, f"k {self._k[model]} -> {k}"))
             self._k[model] = k
         horizon = now - dict(self.settings.windows)[self.settings.health_window]
