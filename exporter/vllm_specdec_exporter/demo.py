@@ -1,14 +1,20 @@
 """The live demo: the simulator and the real exporter on loopback, and a terminal
-view that reads the exporter's own /metrics like any client would."""
+view that reads the exporter's own /metrics like any client would.
+
+Every time in the demo is scenario time: with ``--speed 4`` the scenario runs four
+times faster, and so do the exporter's windows, its poll and the view's refresh, so
+the view shows what it shows at speed 1, sooner (the exporter's clock is real time,
+its windows are the scenario's divided by the speed)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-
+import math
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -16,18 +22,77 @@ from aiohttp import web
 from . import config, metrics
 from .parser import Sample, parse
 from .render import _safe, bar
-from .settings import build_settings
+from .settings import ConfigError, Settings, build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
 from .summary import engine_order
 from .web import create_app, start_site
 
-# A short health window, so the view names a broken engine within seconds of the break
-# (engine 5 at 40 s: lagging after ~6 s, collapsed after ~20 s), and says which window it shows.
-DEMO_WINDOW = "20s"
-DEMO_WINDOWS = [DEMO_WINDOW, "1m", "5m"]
+# In scenario seconds. A short health window, so the view names a broken engine within
+# seconds of the break (engine 5 at 40 s: falling at once, degraded after ~7 s, collapsed
+# after ~20 s); the next window is what a fall is seen against; the longest is the
+# sidecar's "earlier" (health.Earlier).
+SCENARIO_WINDOWS = (20.0, 60.0, 300.0)
+POLL_SECONDS = 1.0
+REFRESH_SECONDS = 2.0
+MIN_POLL_SECONDS = 0.25  # real seconds: a 0.3 MB payload fetched and parsed 4 times a second at most
+MAX_SPEED = 40.0  # above it the 20 s window would hold fewer than two polls
+# An engine is "falling" when its gain (AL - 1) over the shown window is under this share of
+# its gain over the next window: 2 % lower (the simulator has no noise; the sidecar's health
+# decides the rest).
+FALLING = 0.98
+DEMO_WINDOW = "20s"  # the shown window at speed 1
 WANTED = [metrics.name(n) for n in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio",
                                "baseline_mean_acceptance_length", "health", "engine_health", "window_drafts",
                                "num_speculative_tokens", "engine_mean_acceptance_length", "up")]
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The demo's times at one speed: the exporter's window labels (real time; shown
+    window first, then the one a fall is seen against), its poll and the view's refresh."""
+
+    speed: float
+    windows: tuple[str, ...]
+    poll_seconds: float
+    refresh_seconds: float
+    degraded_fraction: float = config.DEFAULT_DEGRADED_FRACTION
+
+    @property
+    def shown(self) -> str:
+        return self.windows[0]
+
+    @property
+    def against(self) -> str:
+        return self.windows[1]
+
+    @property
+    def scenario_window(self) -> str:
+        return f"{SCENARIO_WINDOWS[0]:g}s"
+
+
+def timing(speed: float = 1.0) -> Timing:
+    if not (math.isfinite(speed) and 0 < speed <= MAX_SPEED):
+        raise ConfigError("--speed", f"{speed:g} must be above 0 and at most {MAX_SPEED:g} (the "
+                                     f"{SCENARIO_WINDOWS[0]:g} s window must hold two polls)")
+    windows = tuple(_label(s / speed) for s in SCENARIO_WINDOWS)
+    poll = min(max(POLL_SECONDS / speed, MIN_POLL_SECONDS), POLL_SECONDS)
+    return Timing(speed, windows, poll, max(REFRESH_SECONDS / speed, 0.5))
+
+
+def _label(seconds: float) -> str:
+    """Whole milliseconds, spelled as the exporter labels a window (300s -> 5m)."""
+    from .settings import canonical_duration
+
+    return canonical_duration(round(seconds * 1000) / 1000)
+
+
+def demo_settings(sim_url: str, listen_address: str, t: Timing) -> Settings:
+    poll = f"{round(t.poll_seconds * 1000)}ms"
+    return build_settings(
+        {"windows": list(t.windows), "health": {"window": t.shown},
+         "poll": {"interval": poll, "timeout": "2s", "max_backoff": "5s"}},
+        {"urls": [f"demo={sim_url}/metrics"], "listen_address": listen_address, "log_level": "warning"},
+    )
 
 
 async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
@@ -37,7 +102,22 @@ async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRun
     return runner, f"http://{host}:{bound}"
 
 
-def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -> str:
+def _engines_named(states: dict[str, str], total: int) -> str:
+    """'engine 5 collapsed; engines 0, 1 falling', or 'all 8 engines ...' when every engine is named."""
+    by_word: dict[str, list[str]] = {}
+    for engine in sorted(states, key=engine_order):
+        by_word.setdefault(states[engine], []).append(_safe(engine, 24))
+    if len(by_word) == 1 and len(states) == total > 1:
+        return f"all {total} engines {next(iter(by_word))}"
+    parts = []
+    for word, engines in by_word.items():
+        shown = ", ".join(engines[:8]) + (f" and {len(engines) - 8} more" if len(engines) > 8 else "")
+        parts.append(f"engine{'s' if len(engines) > 1 else ''} {shown} {word}")
+    return (f"all {total} engines: " if len(states) == total > 1 else "") + "; ".join(parts)
+
+
+def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t: Timing | None = None) -> str:
+    t = t or timing()
     exp = parse(body, WANTED)
 
     def values(name: str, model: str | None = None, window: str | None = None, position: str | None = None) -> list[Sample]:
@@ -45,35 +125,47 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
         return [s for s in exp.samples.get(metrics.name(name), [])
                 if all(s.labels.get(k) == v for k, v in match.items() if v is not None)]
 
-    lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s",
+    lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s"
+             + (f"   (--speed {t.speed:g}: scenario seconds)" if t.speed != 1 else ""),
              f"  simulated vLLM: {sim_url}/metrics    exporter: {exporter_url}/  ({exporter_url}/metrics)", ""]
     up = values("up")
     if up and up[0].value != 1.0:
         lines.append("  target down")
+    over = f"the last {t.scenario_window}" + (f" (exporter window {t.shown} at --speed {t.speed:g})" if t.speed != 1 else "")
     for k_sample in values("num_speculative_tokens"):
         model, k = k_sample.labels[config.LABEL_MODEL], int(k_sample.value)
         state = next((s.labels[metrics.name("health")] for s in values("health", model) if s.value == 1.0), "-")
-        bad = sorted(((s.labels[config.LABEL_ENGINE], s.labels[metrics.name("engine_health")]) for s in values("engine_health", model)
-                      if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")),
-                     key=lambda es: (len(es[0]), es[0]))
-        why = f"  ({', '.join(f'engine {_safe(e, 24)} {st}' for e, st in bad)})" if bad else ""
-        al = values("mean_acceptance_length", model, DEMO_WINDOW)
+        al = values("mean_acceptance_length", model, t.shown)
         base = values("baseline_mean_acceptance_length", model)
-        drafts = values("window_drafts", model, DEMO_WINDOW)
-        lines.append(f"model {_safe(model)}   k={k}   figures and health over the last {DEMO_WINDOW}   "
-                     f"health: {state.upper()}{why}")
-        lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}"
-                     f"   baseline {base[0].value if base else float('nan'):.2f}   ceiling {k + 1:.2f}"
-                     f"   drafts in window {drafts[0].value if drafts else 0:,.0f}")
+        # The verdict's own threshold: degraded under 1 + degraded_fraction x (baseline - 1).
+        floor = 1 + t.degraded_fraction * (base[0].value - 1) if base else None
+        engines = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.shown)}
+        before = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.against)}
+        named = {s.labels[config.LABEL_ENGINE]: s.labels[metrics.name("engine_health")]
+                 for s in values("engine_health", model)
+                 if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")}
+        for engine, v in engines.items():
+            if engine in named or math.isnan(v):
+                continue
+            if floor is not None and v < floor:
+                named[engine] = f"under {floor:.3f}"
+            elif engine in before and v - 1 < FALLING * (before[engine] - 1):
+                named[engine] = "falling"
+        why = f"  ({_engines_named(named, len(engines))})" if named else ""
+        drafts = values("window_drafts", model, t.shown)
+        lines.append(f"model {_safe(model)}   k={k}   figures and health over {over}   health: {state.upper()}{why}")
+        # The threshold the verdict uses, not the profile's AL: OK at 2.1 under a profile of 2.27 is right.
+        against = (f"healthy from {floor:.3f} = 1 + {t.degraded_fraction:g} x (profile {base[0].value:.2f} - 1)"
+                   if base and floor is not None else "no baseline profile")
+        lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}   {against}"
+                     f"   ceiling {k + 1:.2f}   drafts in window {drafts[0].value if drafts else 0:,.0f}")
         for pos in range(k):
-            p = values("position_acceptance_ratio", model, DEMO_WINDOW, str(pos))
+            p = values("position_acceptance_ratio", model, t.shown, str(pos))
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
-        engines = sorted(values("engine_mean_acceptance_length", model, DEMO_WINDOW),
-                         key=lambda s: engine_order(s.labels[config.LABEL_ENGINE]))  # any label string
         if engines:
-            cells = [f"{_safe(s.labels[config.LABEL_ENGINE], 24)}:{s.value:.2f}{'!' if s.value - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
-                     for s in engines]
+            cells = [f"{_safe(e, 24)}:{v:.2f}{'!' if v - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
+                     for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))]  # any label string
             lines.append("  per engine AL  " + "  ".join(cells))
         lines.append("")
     lines.append("Ctrl-C stops both.")
@@ -81,33 +173,32 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str) -
 
 
 async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float | None = None,
-                   exporter_port: int = 9746, simulator_port: int = 18000, refresh: float = 2.0) -> None:
+                   exporter_port: int = 9746, simulator_port: int = 18000, refresh: float | None = None) -> None:
+    """``duration``: real seconds (a wall-clock stop); everything else runs in scenario time."""
+    t = timing(speed)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     simulation = Simulation(load_scenario(scenario), speed=speed)
     sim_runner, sim_url = await _start(create_simulator_app(simulation), "127.0.0.1", simulator_port)
-    settings = build_settings(
-        {"windows": DEMO_WINDOWS, "health": {"window": DEMO_WINDOW}, "poll": {"interval": "1s"}},
-        {"urls": [f"demo={sim_url}/metrics"], "listen_address": f"127.0.0.1:{exporter_port}", "log_level": "warning"},
-    )
+    settings = demo_settings(sim_url, f"127.0.0.1:{exporter_port}", t)
     exp_runner, exporter_url = await _start(create_app(settings), "127.0.0.1", exporter_port)
     tty = sys.stdout.isatty()
     started = time.monotonic()
     print(f"simulator: {sim_url}/metrics\nexporter:  {exporter_url}/   {exporter_url}/metrics   "
-          f"{exporter_url}/api/v1/summary?window={DEMO_WINDOW}\n", flush=True)
+          f"{exporter_url}/api/v1/summary?window={t.shown}\n", flush=True)
     try:
         async with aiohttp.ClientSession() as session:
             while not stop.is_set():
                 async with session.get(f"{exporter_url}/metrics") as resp:
                     body = await resp.read()
-                frame = render_frame(body, simulation.elapsed, sim_url, exporter_url)
+                frame = render_frame(body, simulation.elapsed, sim_url, exporter_url, t)
                 print(("\x1b[H\x1b[2J" if tty else "\n") + frame, flush=True)
                 if duration is not None and time.monotonic() - started >= duration:
                     break
                 with contextlib.suppress(TimeoutError):  # the refresh interval passed
-                    await asyncio.wait_for(stop.wait(), refresh)
+                    await asyncio.wait_for(stop.wait(), refresh or t.refresh_seconds)
     finally:
         await exp_runner.cleanup()
         await sim_runner.cleanup()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -223,7 +224,10 @@ async def landing(request: web.Request) -> web.Response:
         for mv in v.models:
             w = mv.windows.get(settings.health_window)
             st = w.stats if w else None
-            baseline = f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)})" if mv.profile else "no profile"
+            # The verdict's threshold beside the profile's AL: 'ok' at 2.1 under a profile of 2.27 is right.
+            floor = 1 + settings.detection.degraded_fraction * (mv.profile.mean_acceptance_length - 1) if mv.profile else 0.0
+            baseline = (f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
+                        f"{settings.detection.degraded_fraction:g} x (baseline - 1))" if mv.profile else "no profile")
             bars = ""
             if st is not None and st.num_drafts >= settings.min_drafts:
                 for i, fraction in enumerate(st.per_position_acceptance):
@@ -240,14 +244,18 @@ async def landing(request: web.Request) -> web.Response:
                 f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}"
                 f"{_engine_table(mv, w)}</section>"
             )
+    # The page refreshes itself (every poll, no more often than every 5 s) and says when it was rendered.
+    refresh = max(5, math.ceil(settings.poll_interval))
+    rendered = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     page = f"""<!doctype html>
-<html><head><meta charset=utf-8><title>vllm-specdec-exporter</title>
+<html><head><meta charset=utf-8><meta http-equiv=refresh content={refresh}><title>vllm-specdec-exporter</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{padding:.2em .8em;text-align:left}}
 .up{{color:green}}.down{{color:#b00}}.health-collapsed,.health-degraded{{color:#b00}}.health-ok{{color:green}}
 .bar span{{display:inline-block;width:7em}}meter{{width:20em}}</style></head>
 <body><h1>vllm-specdec-exporter {__version__}</h1>
 <p>Speculative-decoding acceptance of the vLLM servers below, polled every {settings.poll_interval:g} s.
 Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
+<p class=rendered>Rendered {rendered}; this page refreshes itself every {refresh} s.</p>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/summary?window={esc(settings.health_window)}">/api/v1/summary</a>
 · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <h2>Targets</h2><table><tr><th>target</th><th>url</th><th>producer</th><th>state</th><th>last success</th><th>last error</th></tr>

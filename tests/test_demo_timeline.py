@@ -1,0 +1,217 @@
+"""The demo never misleads (issue 24): its simulator and the real exporter, with the
+demo's own settings (demo.demo_settings), driven on a fake clock; every poll the
+terminal frame is rendered from /metrics as `make demo` renders it.
+
+The built-in scenario (data/scenarios/demo.yaml): healthy (AL 2.61), engine 5's head
+breaks at 40 s, every engine's at 100 s (so from 100 s to ~120 s every engine is falling
+in the 20 s window), and a restart with a fixed head at 160 s.
+
+(a) from 101 s to 119 s the health line names all 8 engines, not engine 5 alone;
+(b) the state shown is the sidecar's verdict over the same window as the figures shown,
+    and never OK while the AL shown is under the threshold the line prints (the verdict's
+    own: 1 + 0.75 x (profile 2.27 - 1) = 1.953, not the profile's 2.27);
+(c) after the fixing restart no surface names a configuration change as the likely
+    cause (the fall began 60 s before it);
+(d) at --speed 4 the exporter's windows are the scenario's divided by 4, so COLLAPSED
+    shows by 121 s of scenario time, as at speed 1.
+Plus the landing page: it refreshes itself and says when it was rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+
+from sidecar_harness import FakeClock, start
+from vllm_specdec_exporter import config, demo
+from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.settings import ConfigError
+from vllm_specdec_exporter.simulate import Simulation, create_simulator_app, load_scenario
+from vllm_specdec_exporter.web import POLLERS, create_app
+
+ENGINES = [str(e) for e in range(8)]
+
+
+@dataclass
+class Frame:
+    t: float  # scenario seconds
+    text: str
+    health: str  # the sidecar's verdict (its view), for comparison with the frame
+    al: float | None  # the sidecar's AL over its health window
+    causes: tuple[str, ...]
+    info_causes: tuple[str, ...]  # from /metrics (diagnosis_info)
+
+    @property
+    def health_line(self) -> str:
+        return next(ln for ln in self.text.splitlines() if "health:" in ln)
+
+    @property
+    def state(self) -> str:
+        return self.health_line.split("health: ")[1].split()[0]
+
+    @property
+    def al_line(self) -> str:
+        return next(ln for ln in self.text.splitlines() if ln.startswith("  mean acceptance length"))
+
+    @property
+    def shown_al(self) -> float:
+        return float(self.al_line.split()[3])
+
+    @property
+    def shown_floor(self) -> float:
+        return float(self.al_line.split("healthy from ")[1].split()[0])
+
+
+@dataclass
+class Timeline:
+    timing: demo.Timing
+    health_window: str
+    frames: list[Frame] = field(default_factory=list)
+    pages: dict[float, str] = field(default_factory=dict)
+
+    def between(self, lo: float, hi: float) -> list[Frame]:
+        return [f for f in self.frames if lo <= f.t <= hi]
+
+
+async def run_demo_timeline(speed: float, start_at: float, end_at: float, pages_at: tuple[float, ...] = (),
+                            monkeypatch: pytest.MonkeyPatch | None = None) -> Timeline:
+    if monkeypatch is not None:  # the 0.3 MB payload parsed inline: the same code, no process hop
+        monkeypatch.setattr(config, "PARSE_IN_WORKER_BYTES", 1 << 30)
+    clock = FakeClock()
+    t = demo.timing(speed)
+    sim = Simulation(load_scenario("demo"), clock=clock, speed=speed)
+    sim_runner, sim_url = await start(create_simulator_app(sim))
+    settings = demo.demo_settings(sim_url, "127.0.0.1:0", t)
+    app = create_app(settings, mono=clock, start_polling=False)
+    exp_runner, exp_url = await start(app)
+    timeline = Timeline(t, settings.health_window)
+    wanted_pages = sorted(pages_at)
+    try:
+        async with aiohttp.ClientSession() as session:
+            clock.t += start_at / speed  # the scenario runs unobserved until then
+            poller = app[POLLERS][0]
+            await poller.poll_once()
+            while sim.elapsed < end_at:
+                clock.t += t.poll_seconds
+                # The fake clock stands still while a poll runs: one that timed out on a busy
+                # machine (2 s of real time) is polled again at the same scenario time.
+                results = [await poller.poll_once()]
+                while results[-1] != "success" and len(results) < 3:
+                    results.append(await poller.poll_once())
+                assert results[-1] == "success", results
+                async with session.get(exp_url + "/metrics") as resp:
+                    body = await resp.read()
+                mv = poller.view.models[0]
+                w = mv.windows.get(settings.health_window)
+                info = tuple(s.labels["cause"] for s in parse(body).samples.get(
+                    "vllm_specdec_diagnosis_info", []))
+                timeline.frames.append(Frame(
+                    sim.elapsed, demo.render_frame(body, sim.elapsed, sim_url, exp_url, t), mv.health,
+                    w.stats.mean_acceptance_length if w else None, tuple(h.cause for h in mv.health_causes), info))
+                if wanted_pages and sim.elapsed >= wanted_pages[0]:
+                    async with session.get(exp_url + "/") as resp:
+                        timeline.pages[wanted_pages.pop(0)] = await resp.text()
+    finally:
+        await exp_runner.cleanup()
+        await sim_runner.cleanup()
+    return timeline
+
+
+def check_all_falling_engines_named(timeline: Timeline) -> None:
+    """(a) Every engine falls from 100 s: by 101 s (1 s of it in the 20 s window) the line
+    names all 8, until they are all collapsed (then 'all 8 engines collapsed')."""
+    frames = timeline.between(101, 119.5)
+    assert frames
+    for f in frames:
+        line = f.health_line
+        assert "all 8 engines" in line, (f.t, line)
+        assert "(engine 5 collapsed)" not in line, (f.t, line)
+    assert all("(all 8 engines collapsed)" in f.health_line for f in timeline.between(125, 159)), \
+        [f.health_line for f in timeline.between(125, 159)]
+
+
+def check_never_ok_under_the_threshold(timeline: Timeline) -> None:
+    """(b) The frame's state and AL are the sidecar's own over the one window, and OK never
+    shows under the threshold the line prints."""
+    assert timeline.timing.shown == timeline.health_window
+    states = set()
+    for f in timeline.frames:
+        states.add(f.state)
+        assert f.state == f.health.upper(), (f.t, f.health_line, f.health)
+        assert f"{f.shown_al:.3f}" == f"{f.al:.3f}", (f.t, f.al_line, f.al)
+        assert f.shown_floor == 1.953, f.al_line  # 1 + 0.75 x (2.27 - 1) = 1.9525
+        assert "baseline" not in f.al_line  # the profile is shown as such, beside the threshold
+        if f.state == "OK":
+            assert f.shown_al >= f.shown_floor, (f.t, f.health_line, f.al_line)
+        if f.shown_al < f.shown_floor:
+            assert f.state != "OK", (f.t, f.health_line, f.al_line)
+    return None
+
+
+def check_restart_not_blamed(timeline: Timeline) -> None:
+    """(c) The restart at 160 s fixed a fall that began at 100 s: never its cause."""
+    after = timeline.between(160, 200)
+    assert after
+    for f in after:
+        assert "configuration_change" not in f.causes, (f.t, f.causes)
+        assert "configuration_change" not in f.info_causes, (f.t, f.info_causes)
+    assert {f.health for f in after} >= {"degraded", "ok"}  # the window still held the fall, then recovered
+
+
+def test_timing_scales_windows_poll_and_refresh_with_speed():
+    one = demo.timing(1)
+    assert one.windows == ("20s", "1m", "5m") and one.poll_seconds == 1.0 and one.refresh_seconds == 2.0
+    four = demo.timing(4)
+    assert four.windows == ("5s", "15s", "75s") and four.poll_seconds == 0.25 and four.refresh_seconds == 0.5
+    assert demo.timing(3).windows == ("6667ms", "20s", "100s")
+    assert demo.timing(0.5).windows == ("40s", "2m", "10m") and demo.timing(0.5).poll_seconds == 1.0
+    for bad in (0, -1, 41, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="--speed"):
+            demo.timing(bad)
+    settings = demo.demo_settings("http://127.0.0.1:1", "127.0.0.1:0", four)
+    assert [w for w, _ in settings.windows] == ["5s", "15s", "75s"] and settings.health_window == "5s"
+    assert settings.poll_interval == 0.25
+
+
+@pytest.mark.long
+def test_the_demo_timeline_at_speed_1(monkeypatch):
+    timeline = asyncio.run(run_demo_timeline(1.0, 0.0, 200.0, pages_at=(110.0, 165.0, 175.0), monkeypatch=monkeypatch))
+    check_all_falling_engines_named(timeline)
+    check_never_ok_under_the_threshold(timeline)
+    check_restart_not_blamed(timeline)
+    # The timeline the scenario describes, and the state at each phase.
+    assert all(f.state == "OK" and "engine" not in f.health_line for f in timeline.between(1, 40))
+    assert all("engine 5" in f.health_line for f in timeline.between(42, 100))
+    assert all(f.state == "COLLAPSED" for f in timeline.between(121, 160))
+    assert all(f.state == "OK" and "(" not in f.health_line.split("health:")[1] for f in timeline.between(180, 200))
+    # The landing page: the same verdict, the threshold, a refresh, when it was rendered;
+    # and after the restart no configuration change as the likely cause.
+    for at, page in timeline.pages.items():
+        assert '<meta http-equiv=refresh content=5>' in page
+        assert re.search(r"Rendered \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; this page refreshes itself every 5 s", page)
+        assert "healthy from 1.953 = 1 + 0.75 x (baseline - 1)" in page
+        if at >= 160:
+            assert "configuration change" not in page, at
+    assert "health: <b>degraded</b>" in timeline.pages[110.0]
+    assert "health: <b>degraded</b>" in timeline.pages[165.0]
+
+
+@pytest.mark.long
+def test_the_demo_timeline_at_speed_4_is_the_same_in_scenario_time(monkeypatch):
+    """(d) At --speed 4 the 20 s window is 5 s of the exporter's time: the view at 101-160 s
+    of the scenario is the speed-1 view (all 8 named while falling, then COLLAPSED)."""
+    timeline = asyncio.run(run_demo_timeline(4.0, 38.0, 162.0, monkeypatch=monkeypatch))  # 1m full by 100 s
+    assert timeline.health_window == "5s"
+    assert "figures and health over the last 20s (exporter window 5s at --speed 4)" in timeline.frames[-1].text
+    check_all_falling_engines_named(timeline)
+    check_never_ok_under_the_threshold(timeline)
+    collapsed = [f.t for f in timeline.frames if f.state == "COLLAPSED"]
+    assert collapsed and 119 <= collapsed[0] <= 122, collapsed[:3]
+    assert all(f.state == "COLLAPSED" for f in timeline.between(122, 160))
+    assert all("engine 5" not in f.health_line for f in timeline.between(38, 40))
+    assert all(f.state == "DEGRADED" and "(engine 5 degraded)" in f.health_line for f in timeline.between(48, 59))
+    assert all(f.state == "DEGRADED" and "(engine 5 collapsed)" in f.health_line for f in timeline.between(62, 100))
