@@ -45,9 +45,9 @@ def test_report_json_matches_prometheus_client(payloads, name):
     proc = run_cli("report", str(PAYLOADS / name), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"models", "interval_seconds", "warnings", "producer", "approximate"}
+    assert set(out) == {"models", "interval_seconds", "warnings", "producer", "approximate", "request_acceptance_family"}
     assert out["interval_seconds"] is None and out["warnings"] == []
-    assert out["producer"] == "vllm-v1" and out["approximate"] == []
+    assert out["producer"] == "vllm-v1" and out["approximate"] == [] and out["request_acceptance_family"] is None
     engines = 1 if "dp1" in name else 8
     for model, expect in ref.items():
         entry = out["models"][model]
