@@ -62,6 +62,24 @@ def synthetic_payload(engines: int, k: int, filler_lines_per_engine: int = 400) 
     return ("\n".join(out) + "\n").encode()
 
 
+# Issue 22's targets for the DP=8 dump; make test checks floors well below them
+# (tests/test_parse_speed.py) so that noise never fails it but a regression does.
+TARGET_SPEEDUP, TARGET_COST = 75.0, 6.0
+
+
+def ratios(rounds: int = 400) -> tuple[float, float]:
+    """(speedup vs prometheus_client, cost vs a bare line count) on the DP=8 dump, each pair
+    timed side by side, interleaved in rounds of 20 so a burst of load hits both."""
+    data = DP8.read_bytes()
+    mine, base, ref = [], [], []
+    for _ in range(max(rounds // 20, 1)):
+        base.append(timed(line_pass, data, 20))
+        mine.append(timed(ours, data, 20))
+        ref.append(timed(prometheus_client_parse, data, 1))
+    m = statistics.median(mine)
+    return statistics.median(ref) / m, m / statistics.median(base)
+
+
 def main() -> int:
     data = DP8.read_bytes()
     assert ours(data)["models"], "the benchmark payload must hold spec-decode families"
@@ -86,8 +104,11 @@ def main() -> int:
     print(f"e64_k8_parse_derive_seconds: {big_mine:.6f}")
     print(f"e64_k8_parse_cost_vs_line_count: {big_mine / big_base:.2f}")
 
-    ok = speedup >= 50 and cost <= 10
-    print(f"targets_met: {int(ok)}  (speedup >= 50, cost vs line pass <= 10)")
+    speedup, cost = ratios()
+    print(f"interleaved_speedup_vs_prometheus_client: {speedup:.1f}")
+    print(f"interleaved_cost_vs_line_count: {cost:.2f}")
+    ok = speedup >= TARGET_SPEEDUP and cost <= TARGET_COST
+    print(f"targets_met: {int(ok)}  (speedup >= {TARGET_SPEEDUP:g}, cost vs line pass <= {TARGET_COST:g})")
     return 0 if ok else 1
 
 

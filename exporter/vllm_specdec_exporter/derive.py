@@ -318,10 +318,12 @@ def _count(v: float | None) -> float | int | None:
 
 
 def _finite(v: object) -> object:
-    """JSON (RFC 8259) has no Infinity or NaN: a non-finite figure is null."""
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v
+    """JSON (RFC 8259) has no Infinity or NaN: a non-finite figure is null (Stats' lists are flat)."""
+    if type(v) is float:
+        return v if math.isfinite(v) else None
+    if type(v) is list:
+        return [x if type(x) is not float or math.isfinite(x) else None for x in v]
+    return v
 
 
 def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
