@@ -125,7 +125,7 @@ def test_the_window_carries_bucket_deltas_and_a_restart_counts_from_zero():
     assert h.window("1m").engines[(MODEL, "0")].request_acceptance.count == 70
 
 
-def test_only_the_histogram_going_down_is_inconsistent_not_a_restart():
+def test_only_the_histogram_going_down_skips_the_histogram_alone():
     h = TargetHistory([("1m", 60.0)], forget_after=600)
     h.observe(0.0, extract(BEFORE).engines)
     # Engine 0's le=0.05 bucket falls below its earlier 1, everything else grows.
@@ -133,7 +133,9 @@ def test_only_the_histogram_going_down_is_inconsistent_not_a_restart():
                      .replace(b'engine="0",le="0.05",model_name="Qwen/Qwen3-8B"} 6.0', b'engine="0",le="0.05",model_name="Qwen/Qwen3-8B"} 0.0'))
     assert dipped.engines[(MODEL, "0")].request_acceptance is not None
     obs = h.observe(10.0, dipped.engines)
-    assert [k for k, _ in obs.inconsistent] == [(MODEL, "0")]
+    # The histogram alone is skipped (reported), the counters are counted: no inconsistency, no restart.
+    assert obs.inconsistent == () and obs.restarted == () and (MODEL, "0") in obs.increments
+    assert obs.skipped == (((MODEL, "0"), "per-request histogram: went down without a restart"),)
 
 
 # --- report / diff ---

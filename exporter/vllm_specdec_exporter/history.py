@@ -57,12 +57,15 @@ class HistorySample:
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What one poll added: per-engine increments, and which engines restarted,
-    appeared, or were inconsistent (with the reason, a fixed phrase)."""
+    appeared, or were inconsistent (with the reason, a fixed phrase), or had a side
+    series skipped."""
 
     increments: dict[SeriesKey, Counters]
     restarted: tuple[SeriesKey, ...]
     appeared: tuple[SeriesKey, ...]
     inconsistent: tuple[tuple[SeriesKey, str], ...] = ()
+    # A side series (generation tokens, the histogram) skipped while the counters were counted.
+    skipped: tuple[tuple[SeriesKey, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,7 @@ class TargetHistory:
         restarted: list[SeriesKey] = []
         appeared: list[SeriesKey] = []
         inconsistent: list[tuple[SeriesKey, str]] = []
+        skipped: list[tuple[SeriesKey, str]] = []
         for key, now in raw.items():
             e = self._engines.get(key)
             if e is None:
@@ -196,7 +200,7 @@ class TargetHistory:
                 # an increment: counting it could add an engine's whole lifetime to a
                 # window, while skipping it loses at most one poll interval.
                 e = self._engines[key] = _Engine(now, t, _zero(now.k), t)
-                self._step_sides(e, key, now, False, False, inconsistent)
+                self._step_sides(e, key, now, False, False, skipped)
                 if not first_poll:
                     appeared.append(key)
                 continue
@@ -226,7 +230,7 @@ class TargetHistory:
                 e.pending, e.pending_kind = now, verdict
                 if verdict != RESTART:
                     inconsistent.append((key, verdict))
-            self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, inconsistent)
+            self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
         for key in [k for k, e in self._engines.items() if t - e.seen > self._forget_after]:
             del self._engines[key]
 
@@ -239,7 +243,7 @@ class TargetHistory:
             # Keep exactly one sample at or before the window's start.
             while len(ring) >= 2 and ring[1].t <= t - seconds:
                 ring.popleft()
-        return Observation(increments, tuple(restarted), tuple(appeared), tuple(inconsistent))
+        return Observation(increments, tuple(restarted), tuple(appeared), tuple(inconsistent), tuple(skipped))
 
     @staticmethod
     def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict[SeriesKey, Counters]) -> None:
@@ -261,11 +265,11 @@ class TargetHistory:
 
     @staticmethod
     def _step_sides(e: _Engine, key: SeriesKey, now: Counters, restarted: bool, restarting: bool,
-                    inconsistent: list[tuple[SeriesKey, str]]) -> None:
+                    skipped: list[tuple[SeriesKey, str]]) -> None:
         for name, side, read in (("generation tokens", e.generation, _generation),
-                                 (config.VLLM_V1_REQUEST_ACCEPTANCE + " histogram", e.histogram, _histogram)):
+                                 ("per-request histogram", e.histogram, _histogram)):
             if (why := side.step(*read(now), restarted, restarting)) is not None:
-                inconsistent.append((key, f"{name}: {why} (this series alone; the counters are unaffected)"))
+                skipped.append((key, f"{name}: {why}"))
 
     def window(self, label: str) -> WindowDelta | None:
         """Counters accrued over the window (or since the first poll, if shorter)."""

@@ -355,6 +355,8 @@ class TargetPoller:
                 self._warn_once(f"invariant violated in the last poll: {message}")
         for key, reason in observation.inconsistent:
             self._warn_once(f"{series_name(key)[:300]}: inconsistent poll, nothing added to the windows: {reason}")
+        for key, reason in observation.skipped:
+            self._warn_once(f"{series_name(key)[:300]}: {reason}; that series skipped this poll, the counters counted")
         for key in observation.restarted:
             log.info("counter_reset", target=self.target.name, series=series_name(key)[:300])
         for key in observation.appeared:
@@ -371,7 +373,7 @@ class TargetPoller:
             counted, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
-            inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent),
+            inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent) + len(observation.skipped),
             warnings_suppressed=self._warnings_suppressed,
             last_poll_parse_errors=snapshot.malformed_lines + snapshot.duplicate_series,
             last_poll_series_refused=read.refused,
