@@ -66,6 +66,18 @@ def assert_still_secure(port: int, pki: Path, seconds: float = 3.0) -> None:
         time.sleep(0.2)
 
 
+def reload_metrics(port: int, ctx) -> tuple[float, float]:
+    """(last reload successful, reload failures) from /metrics."""
+    from vllm_specdec_exporter.parser import parse
+
+    status, text = get(f"https://127.0.0.1:{port}/metrics", ctx, ("prometheus", PASSWORD))
+    assert status == 200
+    samples = parse(text).samples
+    ok = samples["vllm_specdec_exporter_web_config_last_reload_successful"]
+    failures = samples["vllm_specdec_exporter_web_config_reload_failures_total"]
+    return ok[0].value, failures[0].value
+
+
 def half_written(text: str) -> str:
     """The TLS section without the users: what a write cut short leaves of a file whose
     users come last."""
@@ -89,6 +101,8 @@ def test_a_truncated_or_half_written_web_config_keeps_tls_and_the_password(tmp_p
         # 3. TLS dropped, users kept.
         cfg.write_text(yaml.safe_dump({"basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD, 4)}}))
         assert_still_secure(port, pki)
+        # Counted on /metrics, as Prometheus's config_last_reload_successful (one per refused edit).
+        assert reload_metrics(port, ctx) == (0.0, 3.0)
         # A change that weakens nothing still applies (and shows the refusals above were
         # handled: reloads are done in order).
         write_web_config(cfg, pki, users={"prometheus": bcrypt_hash(PASSWORD, 4)},
@@ -96,6 +110,7 @@ def test_a_truncated_or_half_written_web_config_keeps_tls_and_the_password(tmp_p
         wait_for(lambda: get_full(f"https://127.0.0.1:{port}/healthz", ctx)[1].get("X-Frame-Options") == "deny",
                  15, "the harmless change to apply", step=0.2)
         assert_still_secure(port, pki, seconds=0)
+        assert reload_metrics(port, ctx) == (1.0, 3.0)
     finally:
         logs = server.stop()
     errors = error_lines(logs)

@@ -14,8 +14,9 @@ import os
 import platform
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -30,6 +31,9 @@ from . import __version__, config
 from .metrics import FAMILIES, Family
 from .service import POLL_DURATION_BUCKETS, TargetView
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .webconfig import LiveWebConfig
 
 P = config.PREFIX
 T, M, E, W, POS = config.LABEL_TARGET, config.LABEL_MODEL, config.LABEL_ENGINE, config.LABEL_WINDOW, config.LABEL_POSITION
@@ -208,6 +212,22 @@ class SpecDecodeCollector(Collector):
         yield target_info
         yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,
                     restarts, suppressed, info)
+
+
+class WebConfigCollector(Collector):
+    """The web config's reload outcome (with --web.config.file only)."""
+
+    def __init__(self, live: LiveWebConfig):
+        self._live = live
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        ok, failures = _gauge("exporter_web_config_last_reload_successful"), _counter("exporter_web_config_reload_failures")
+        ok.add_metric([], 1.0 if self._live.last_reload_ok else 0.0)
+        failures.add_metric([], self._live.reload_failures)
+        yield from (ok, failures)
 
 
 class Exposition:

@@ -107,6 +107,11 @@ FAMILIES: dict[str, Family] = {f.short: f for f in (
            f'New upstream warnings not logged: the target already had {config.WARNINGS_REMEMBERED:,} distinct ones logged.'),
     Family("exporter_poll_task_restarts", "counter", (T,),
            "Times a target's poll loop failed and was restarted."),
+    # Only with --web.config.file, like Prometheus's config_last_reload_successful.
+    Family("exporter_web_config_last_reload_successful", "gauge", (),
+           'Whether the last web config reload applied (1) or was refused, the last good config kept (0).'),
+    Family("exporter_web_config_reload_failures", "counter", (),
+           'Web config reloads refused (did not load, or would turn TLS off, drop every user or weaken client checks).'),
     Family("exporter_build_info", "gauge", ('version', 'revision', 'python_version'),
            'Build of the exporter; the value is always 1.'),
 )}

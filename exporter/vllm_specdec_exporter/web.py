@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
-from .collector import Exposition, SpecDecodeCollector, is_fresh
+from .collector import Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
@@ -78,11 +78,13 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app.cleanup_ctx.append(pollers_ctx)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], settings, mono))
+    if web_config is not None:
+        registry.register(WebConfigCollector(web_config))
     # The usual process_* and python_* series, on the private registry.
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    app.router.add_get("/metrics", metrics_handler(app, registry))
+    app.router.add_get("/metrics", metrics_handler(app, registry, web_config))
     app.router.add_get("/", landing)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -90,7 +92,8 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     return app
 
 
-def metrics_handler(app: web.Application, registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
+def metrics_handler(app: web.Application, registry: CollectorRegistry,
+                    web_config: LiveWebConfig | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
     """/metrics, rendered once per state off the event loop (collector.Exposition): the
     views are immutable, so until a poll publishes a new one or a target turns stale,
     every scrape gets the same bytes (200 concurrent scrapes cost one render)."""
@@ -100,8 +103,9 @@ def metrics_handler(app: web.Application, registry: CollectorRegistry) -> Callab
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
+        reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
         identity, zipped = await exposition.bodies(
-            content_type, encoder, (*views, *(is_fresh(v, now, settings.staleness) for v in views)))
+            content_type, encoder, (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads))
         headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(body=zipped, headers={**headers, "Content-Encoding": "gzip"})
