@@ -1,0 +1,273 @@
+"""The generated blocks of README.md and docs/*.md, from the registries and from real runs.
+
+A block sits between two markers and is replaced whole by `make generate`; `--check`
+(run by tests/test_docs.py) fails when one differs, like the rules and dashboards:
+
+    <!-- generated: KIND [ARGS] (make generate; do not edit) -->
+    ...
+    <!-- end generated -->
+
+Kinds:
+
+- ``flags``: serve's flags, config keys and environment variables (settings.FLAGS);
+- ``metrics``: the exported families (metrics.FAMILIES), with METRIC_NOTES;
+- ``alerts``: the alerts (generators/rules.py ALERTS), with ALERT_NOTES;
+- ``help COMMAND``: the command's ``--help`` (cli.build_parser), 100 columns;
+- ``output report|diff FILE...``: the command's real text output on files of this
+  repository (relative paths, run from its root), what "(real output)" means.
+
+Run: python -m vllm_specdec_exporter.generators.docs [--root DIR] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .output import exit_status
+
+BEGIN = re.compile(r"<!-- generated: (?P<spec>[^()>]*?) \(make generate; do not edit\) -->\n")
+END = "<!-- end generated -->"
+COLUMNS = 100  # argparse wraps --help to the terminal; the docs are written at this width
+
+# What the README said of a family beyond its help text (metrics.py), by short name.
+METRIC_NOTES: dict[str, str] = {
+    "drafts": "vLLM's `spec_decode_num_drafts`, renamed",
+    "generation_tokens": "when vLLM exposes them; still exported while spec decode is off, so \"generating "
+                         "without drafting\" stays visible",
+    "window_drafts": "always present",
+    "health": "one series per state, the current one 1",
+    "engine_health": "one series per state, the current one 1",
+    "diagnosis_info": "one series per cause that fits, none when nothing fell (see "
+                      "[Diagnosis](configuration.md#diagnosis-why-it-fell))",
+    "request_acceptance_below_ratio": "only with vLLM PR #44487's per-request histogram",
+    "request_acceptance_above_ratio": "only with vLLM PR #44487's per-request histogram",
+    "window_requests": "only with vLLM PR #44487's per-request histogram",
+    "exporter_polls": "result: success, http_error, timeout, connect_error, invalid_url, too_large, "
+                      "not_prometheus, no_spec_decode, unsupported_producer, error",
+    "exporter_last_poll_parse_errors": "a gauge: a payload that stays malformed is not counted again on every poll",
+    "exporter_warnings_suppressed": "what is remembered of them is bounded: 16-byte digests of the first 1,000 "
+                                    "characters",
+    "exporter_build_info": "`revision` from `$VLLM_SPECDEC_EXPORTER_REVISION` (the image build sets it from "
+                           "`--build-arg REVISION=...`) or the source checkout's git commit, else `unknown`",
+}
+
+# Per alert, what the registry does not hold: (fires when, catches, threshold and why,
+# onset to firing). Onset minutes are measured by promtool (tests/alert_onset.py).
+ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
+    "VLLMSpecDecodeAcceptanceCollapsed": (
+        "AL over 5m < 1 + `collapse_margin` (1.1) with >= `min_drafts_per_second` (1)",
+        "the broken V4-Pro MTP head (AL 1.036), the mis-wired k=3 layer (1.09)",
+        "0.1: every broken-collapse figure is below 1.1, every healthy one above, including random-token "
+        "benchmark load (1.19-1.21), which must never page",
+        "16 min (head), 15 min (mis-wired)"),
+    "VLLMSpecDecodeAcceptanceCollapsedFast": (
+        "AL over **2m** < 1.1 with >= `fast_collapse_min_drafts_per_second` (10) drafts/s",
+        "the same collapses at production traffic, in minutes",
+        "10 drafts/s x 2m = 1,200 drafts: enough to make AL < 1.1 certain (below); under 10 drafts/s only the "
+        "slow path above pages",
+        "4 min at 10, 100 and 1,000 drafts/s (broken head; mis-wired layer: 4 min)"),
+    "VLLMSpecDecodeEngineCollapsed": (
+        "one engine's AL over 5m < 1.1 with traffic, while its server has not collapsed",
+        "a dead data-parallel rank (DP=8, one rank at AL 1.036: the server shows 2.41)",
+        "the same margin, per engine",
+        "15 min"),
+    "VLLMSpecDecodeEngineLagging": (
+        "an engine's AL - 1 < `engine_lag_fraction` (0.75) x its server's, with traffic",
+        "a partly broken rank",
+        "healthy ranks differ by ~5 % (quiet on the DP=8 noise case); a rank at AL 1.9 among 2.61s is at 0.59 of "
+        "the server's gain",
+        "15-20 min"),
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": (
+        "position 0 acceptance over 5m < `position0_floor` (0.5), with traffic, where a profile matches or "
+        "position 0 was at 0.5 or more within 1d; any k",
+        "partial degradations: the V4-Flash sampling bug (0.149), missing draft context (0.22), MTP-3 at AL 1.2, "
+        "a k=7 drafter at 1.31, and any served name after a fall (24 min); a steady weak drafter with no profile "
+        "(vLLM's Qwen3-VL EAGLE3 reference, 0.29) is not a fall and stays quiet",
+        "healthy position 0 is >= 0.66 (V4-Flash k=1 worst workload; V4-Pro 0.92, fixed V4-Flash 0.70); every "
+        "partial degradation is <= 0.33 (AL - 1 bounds it). Random-token load gives the sampling bug's very "
+        "counters: it warns, never pages, and the description names both readings",
+        "17-19 min"),
+    "VLLMSpecDecodeAcceptanceBelowBaseline": (
+        "AL over 5m < 1 + `degraded_fraction` (0.75) x (profile AL - 1), with traffic",
+        "the same partial degradations where a profile matches (both files)",
+        "profiles hold the lowest healthy figure; 0.75 leaves the ~15 % workload swing above it. V4-Flash k=2 "
+        "fixed (AL 1.99) is quiet (threshold 1.74)",
+        "17-19 min"),
+    "VLLMSpecDecodeAcceptanceDropped": (
+        "AL - 1 over 30m more than `drop_fraction` (40 %) below its previous day, traffic in both, **the same k "
+        "all day**",
+        "any regression against the deployment's own history",
+        "beyond the ~15 % a traffic-mix change moves it, well short of a collapse (~95 %); a k change resets the "
+        "comparison (AL must fall when k falls)",
+        "28-33 min"),
+    "VLLMSpecDecodeNotDrafting": (
+        "generation > 1 token/s, no drafts over 5m, drafted within a day",
+        "speculative decoding switched off", "", "15 min"),
+    "VLLMSpecDecodeTargetDown": (
+        "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for 5m, "
+        "or is unreachable (refused, timeout) for 30m",
+        "a misconfiguration; a vLLM that never came back",
+        "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload stays quiet, a "
+        "wrong answer is a misconfiguration no waiting fixes",
+        "6 min (wrong answer), 30 min (unreachable)"),
+    "VLLMSpecDecodeTargetInconsistent": (
+        "over 10m, inconsistent engine polls >= 40 % of the successful polls",
+        "two servers behind one URL, a producer whose counters dip, an engine over `MAX_DRAFTS_PER_SECOND`: its "
+        "figures are not counted",
+        "a real glitch is one poll in hours (1 in 120: quiet)",
+        "17 min"),
+    "VLLMSpecDecodeExporterAbsent": (
+        "no `vllm_specdec_exporter_build_info` for 10m", "the exporter not scraped", "", "15 min"),
+    "VLLMSpecDecodeCounterInvariantViolated": (
+        "invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
+    "VLLMSpecDecodeSpeculativeTokensWasted": (
+        "last position accepted in < 5 % of drafts over 1h, with traffic", "a k larger than the draft can use",
+        "", ""),
+    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": (
+        "acceptance > 98 % over 30m with traffic", "repetition loops", "", ""),
+    "VLLMSpecDecodeRequestAcceptanceExtreme": (
+        "over 1h, > 10 % of >= 20 finished requests at or below 5 % or above 98 % per-request acceptance (only "
+        "with vLLM PR #44487's histogram; vllm-direct needs bucket edges 0.05 and 0.98)",
+        "garbled output (low end), repetition loops (high end)",
+        "not yet calibrated on real traffic: no vLLM release has the histogram",
+        "from onset at steady traffic: 21 min (every request extreme) to 45 min (20 % of them): the 1h share "
+        "passes 10 %, then 15m"),
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def flags_table() -> str:
+    from ..settings import flags_markdown
+    return flags_markdown()
+
+
+def metrics_table() -> str:
+    from ..metrics import FAMILIES
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for f in FAMILIES.values():
+        labels = (*f.labels, f.name) if f.type == "stateset" else f.labels
+        meaning = f.help.rstrip(".") + (f" ({METRIC_NOTES[f.short]})." if f.short in METRIC_NOTES else ".")
+        rows.append(f"| `{f.sample}` | {f.type} | {', '.join(labels) or '-'} | {_cell(meaning)} |")
+    rows.append("| `process_*`, `python_*` | | | the standard process and Python collectors, on the exporter's "
+                "own registry |")
+    return "\n".join(rows)
+
+
+def alerts_table() -> str:
+    from .rules import ALERTS
+    rows = ["| alert | severity | for | fires when | catches | threshold and why | onset to firing |",
+            "|---|---|---|---|---|---|---|"]
+    for a in ALERTS:
+        when, catches, why, onset = ALERT_NOTES.get(a.name, (a.summary, "", "", ""))
+        when += " (sidecar)" if a.sidecar_only else ""
+        link = f"[`{a.name}`](../alerts/runbook.md#{a.name.lower()})"
+        rows.append("| " + " | ".join([link, a.severity, a.for_, *map(_cell, (when, catches, why, onset))]) + " |")
+    return "\n".join(rows)
+
+
+def command_help(command: str) -> str:
+    from ..cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(COLUMNS)
+    try:
+        text = sub.choices[command].format_help() if command else parser.format_help()
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+    return "```\n$ vllm-specdec-exporter " + (f"{command} " if command else "") + "--help\n" + text.rstrip() + "\n```"
+
+
+def command_output(args: list[str], root: Path) -> str:
+    """The real text output of `report` / `diff` on files of the repository."""
+    from ..cli import main
+    if not args or args[0] not in ("report", "diff") or any("://" in a or a.startswith("-") for a in args[1:]):
+        raise ValueError(f"output: only report/diff on files of the repository, not {' '.join(args)}")
+    out, err = io.StringIO(), io.StringIO()
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(args)
+    finally:
+        os.chdir(cwd)
+    if status != 0:
+        raise ValueError(f"output: vllm-specdec-exporter {' '.join(args)} exited {status}: {err.getvalue()}")
+    return "```\n$ vllm-specdec-exporter " + " ".join(args) + "\n" + out.getvalue().rstrip() + "\n```"
+
+
+KINDS: dict[str, Callable[[list[str], Path], str]] = {
+    "flags": lambda a, r: flags_table(),
+    "metrics": lambda a, r: metrics_table(),
+    "alerts": lambda a, r: alerts_table(),
+    "help": lambda a, r: command_help(a[0] if a else ""),
+    "output": command_output,
+}
+
+
+def render_block(spec: str, root: Path) -> str:
+    kind, *args = spec.split()
+    if kind not in KINDS:
+        raise ValueError(f"unknown generated block {kind!r} (known: {', '.join(KINDS)})")
+    return KINDS[kind](args, root)
+
+
+def with_blocks(text: str, root: Path) -> str:
+    """The text with every generated block replaced by what it is generated from."""
+    out, pos = [], 0
+    for m in BEGIN.finditer(text):
+        if m.start() < pos:
+            continue
+        end = text.find(END, m.end())
+        if end < 0:
+            raise ValueError(f"generated block {m['spec']!r} has no {END}")
+        out += [text[pos:m.end()], render_block(m["spec"], root), "\n"]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def blocks(text: str) -> list[str]:
+    return [m["spec"] for m in BEGIN.finditer(text)]
+
+
+def doc_files(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.generators.docs")
+    parser.add_argument("--root", default=".", help="the repository (README.md and docs/)")
+    parser.add_argument("--check", action="store_true", help="fail if a generated block differs")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    stale = []
+    for path in doc_files(root):
+        text = path.read_text()
+        try:
+            new = with_blocks(text, root)
+        except ValueError as e:
+            print(f"{path}: {e}", file=sys.stderr)
+            return 2
+        if new != text:
+            if args.check:
+                stale.append(str(path))
+            else:
+                path.write_text(new)
+    return exit_status(stale)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
