@@ -295,3 +295,16 @@ def test_runbook_has_a_section_per_cause():
 
     text = (REPO / "alerts" / "runbook.md").read_text()
     assert re.findall(r"^### (\w+)$", text, re.M) == list(config.CAUSES)
+
+
+def test_one_rank_only_while_the_others_stand():
+    """The demo at 100-120 s: engine 5 collapsed while the other seven fall too (AL 1.745,
+    below V4-Pro k=2's threshold 1 + 0.75 x 1.27 = 1.953): not one rank. With the seven at
+    the native 2.611 it is one rank, as before."""
+    pro = profile("deepseek-ai/DeepSeek-V4-Pro", 2)
+    falling = (6590, 13180, 3295 + 1615, (3295, 1615))  # 0.5 / 0.245 per position: AL 1.745
+    v = judge_one([BROKEN_HEAD if e == 5 else falling for e in range(8)], profile=pro)
+    assert v.state == "degraded" and "one_rank" not in [h.cause for h in v.causes], v.causes
+    assert [h.cause for h in v.causes] == ["draft_head_partial"]
+    v = judge_one([BROKEN_HEAD if e == 5 else HEALTHY_PRO for e in range(8)], profile=pro)
+    assert [h.cause for h in v.causes] == ["one_rank"]

@@ -109,14 +109,16 @@ def _chain(total: Counters, min_drafts: int) -> list[Hint]:
 
 
 def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, fell: bool | None = None,
-             changes: Sequence[str] = (), earlier: Earlier | None = None) -> tuple[Hint, ...]:
+             changes: Sequence[str] = (), earlier: Earlier | None = None,
+             profile: BaselineProfile | None = None) -> tuple[Hint, ...]:
     """Fingerprints of the causes in one interval's counters: the one classifier every surface
     uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
 
     ``fell``: the verdict is degraded or collapsed (None: from the counters alone);
     ``changes``: restarts and k changes seen over the interval; ``earlier``: the counters of
     a longer earlier period when known (the sidecar's longest window; never in report or
-    diff): only a fall seen there, with no change, is called a workload shift."""
+    diff): only a fall seen there, with no change, is called a workload shift; ``profile``:
+    one rank is named only while the others stand above it (and above their earlier figure)."""
     judged = {e: c for e, c in engines.items()
               if c.drafts >= max(min_drafts, 1) and c.k and not invariant_violations(c, "engine")}
     if not judged:
@@ -139,8 +141,8 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     falls: list[Hint] = []
     if changes:
         falls.append(Hint("configuration_change", "the fall coincides with " + ", ".join(changes)))
-    if len(judged) > 1 and bad and len(bad) < len(judged):
-        rest = sum_counters(c for e, c in judged.items() if e not in bad)
+    rest = sum_counters(c for e, c in judged.items() if e not in bad)
+    if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
         worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:3])
         falls.append(Hint("one_rank", f"{worst} while the other {len(judged) - len(bad)} are at AL "
                                       f"{1 + _gain(rest):.3f}"))
@@ -164,6 +166,14 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
                                                     f"to compare with); synthetic random-token load gives the same "
                                                     f"counters"))
     return tuple(falls + shape + hints)
+
+
+def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: BaselineProfile | None) -> bool:
+    """Below the profile's threshold, or below DIAG_FALL_FRACTION of the earlier figure."""
+    if profile is not None and _gain(c) < det.degraded_fraction * (profile.mean_acceptance_length - 1):
+        return True
+    e = earlier.counters if earlier is not None else None
+    return e is not None and e.drafts > 0 and _gain(c) < config.DIAG_FALL_FRACTION * _gain(e)
 
 
 def _gain(c: Counters) -> float:
@@ -198,7 +208,7 @@ def judge(engines: Mapping[str, Counters], span: float | None, profile: Baseline
     if v.state in ("idle",) or (v.state == "unknown" and "invariants" in v.reason):
         return v
     fell = v.state in ("degraded", "collapsed")
-    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier))
+    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile))
 
 
 def _judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
