@@ -40,12 +40,14 @@ tools:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends prometheus prometheus-alertmanager openssl >/dev/null; }
 
-## generate: rules, alerts and their promtool suites from the config module (CI fails on drift)
+## generate: rules, alerts and their promtool suites from the config module, dashboards, and the generated
+## blocks of README.md and docs/ (tables from the registries, --help, real output); CI fails on drift
 generate: $(STAMP)
 	$(PY) -m vllm_specdec_exporter.generators.rules alerts --chart-files helm/vllm-specdec-exporter/files \
 	  --chart-schema helm/vllm-specdec-exporter/values.schema.json
 	$(PY) tests/promtool_cases.py
 	$(PY) -m vllm_specdec_exporter.generators.boards dashboards --chart-files helm/vllm-specdec-exporter/files/dashboards
+	$(PY) -m vllm_specdec_exporter.generators.docs
 
 ## preview: docs/overview-preview.png from a real Prometheus run (~12 min; not a Grafana screenshot)
 preview: $(STAMP) tools

@@ -41,7 +41,7 @@ SHORT = launcher()
 def test_the_production_timeouts_are_the_documented_ones():
     assert config.HEADER_TIMEOUT_SECONDS == 5.0 and config.IDLE_TIMEOUT_SECONDS == 75.0
     assert server.Limits().header_timeout == config.HEADER_TIMEOUT_SECONDS  # what `serve` uses
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "security.md").read_text()
     assert "headers within 5 s (`HEADER_TIMEOUT_SECONDS`)" in readme
     assert "75 s keep-alive timeout (`IDLE_TIMEOUT_SECONDS`" in readme
 

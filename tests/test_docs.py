@@ -1,0 +1,98 @@
+"""The front door (issue 24): README.md stays short, every generated block of README.md
+and docs/*.md is what generators/docs.py makes now (`make generate`), and every local
+link resolves to a file of the repository (and a heading, for an anchor)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from vllm_specdec_exporter.generators import docs
+
+DOCS = docs.doc_files(REPO)
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+
+
+def test_the_readme_is_at_most_15_kb():
+    size = (REPO / "README.md").stat().st_size
+    assert size <= 15 * 1024, f"README.md is {size:,} bytes: move detail to docs/"
+
+
+def test_every_generated_block_is_current():
+    stale = [str(p.relative_to(REPO)) for p in DOCS if docs.with_blocks(p.read_text(), REPO) != p.read_text()]
+    assert stale == [], f"out of date (run make generate): {stale}"
+    assert docs.main(["--root", str(REPO), "--check"]) == 0
+
+
+def test_the_registries_each_have_their_generated_block():
+    specs = {p.name: docs.blocks(p.read_text()) for p in DOCS}
+    where = {s.split()[0] for blocks in specs.values() for s in blocks}
+    assert {"flags", "metrics", "alerts", "help", "output"} <= where
+    assert "flags" in specs["configuration.md"] and "metrics" in specs["metrics.md"] and "alerts" in specs["alerts.md"]
+    from vllm_specdec_exporter.cli import build_parser
+    import argparse
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {f"help {c}" for c in commands} <= set(specs["command-line.md"])
+
+
+def test_every_alert_has_its_measured_columns():
+    from vllm_specdec_exporter.generators.rules import ALERT_NAMES
+    assert sorted(docs.ALERT_NOTES) == sorted(ALERT_NAMES), "add or remove the alert's row in generators/docs.py ALERT_NOTES"
+
+
+def test_every_metric_note_names_an_exported_family():
+    from vllm_specdec_exporter.metrics import FAMILIES
+    assert set(docs.METRIC_NOTES) <= FAMILIES.keys()
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {slug(m[1]) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return LINK.findall(text)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_local_link_resolves(path):
+    broken = []
+    for target in links(path):
+        if re.match(r"[a-z]+:", target):
+            assert target.startswith(("https://", "http://", "mailto:")), target
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if REPO.resolve() not in (dest, *dest.parents):
+            broken.append(f"{target}: outside the repository")
+        elif not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading #{anchor}")
+    assert broken == []
+
+
+def test_no_link_to_material_outside_the_repository():
+    for path in DOCS:
+        assert "../shared" not in path.read_text(), path
+
+
+def test_the_readme_links_every_docs_page():
+    import subprocess
+    tracked = subprocess.run(["git", "ls-files", "docs"], cwd=REPO, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    readme = (REPO / "README.md").read_text()
+    missing = [name for name in tracked.stdout.split() if name.endswith(".md") and f"({name})" not in readme]
+    assert missing == []
