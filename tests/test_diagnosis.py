@@ -306,5 +306,7 @@ def test_one_rank_only_while_the_others_stand():
     v = judge_one([BROKEN_HEAD if e == 5 else falling for e in range(8)], profile=pro)
     assert v.state == "degraded" and "one_rank" not in [h.cause for h in v.causes], v.causes
     assert [h.cause for h in v.causes] == ["draft_head_partial"]
+    # 1 + (7 x 4,910 + 240) / (8 x 6,590) = 1.656: the reason says the whole model first
+    assert v.reason.startswith("mean acceptance length 1.656 < 1.953 on the whole model; engine 5 collapsed")
     v = judge_one([BROKEN_HEAD if e == 5 else HEALTHY_PRO for e in range(8)], profile=pro)
     assert [h.cause for h in v.causes] == ["one_rank"]

@@ -230,8 +230,11 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
 
         return Verdict("collapsed", f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}", states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
+    floor = None if profile is None else 1 + det.degraded_fraction * (profile.mean_acceptance_length - 1)
     if bad:
         what = ", ".join(f"engine {e} {states[e]} (AL {1 + _gain(engines[e]):.3f})" for e in bad)
+        if floor is not None and al < floor:  # the whole model fell too: say so first
+            what = f"mean acceptance length {al:.3f} < {floor:.3f} on the whole model; " + what
         return Verdict("degraded", what, states)
     pos0 = st.per_position_acceptance[0] if st.per_position_acceptance else None
     if pos0 is not None and pos0 < det.position0_floor:
@@ -242,8 +245,7 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
                            f"with no profile: a weak drafter or a partly broken one", states)
         return Verdict("degraded", f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g}: a broken draft "
                        f"path, or synthetic random-token load such as a benchmark", states)
-    if profile is not None:
-        floor = 1 + det.degraded_fraction * (profile.mean_acceptance_length - 1)
+    if profile is not None and floor is not None:
         if al < floor:
             return Verdict("degraded", f"mean acceptance length {al:.3f} < {floor:.3f} "
                            f"(profile {profile.name}: {profile.mean_acceptance_length:g})", states)
