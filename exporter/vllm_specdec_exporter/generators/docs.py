@@ -58,33 +58,36 @@ METRIC_NOTES: dict[str, str] = {
                            "`--build-arg REVISION=...`) or the source checkout's git commit, else `unknown`",
 }
 
-# Per alert, what the registry does not hold: (fires when, catches, threshold and why,
+# Per alert (keyed by its name after PREFIX, so that each alert name is written only in
+# the registry), what the registry does not hold: (fires when, catches, threshold and why,
 # onset to firing). Onset minutes are measured by promtool (tests/alert_onset.py).
+# {family:SHORT} stands for that exported family's sample name.
+PREFIX = "VLLMSpecDecode"
 ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
-    "VLLMSpecDecodeAcceptanceCollapsed": (
+    "AcceptanceCollapsed": (
         "AL over 5m < 1 + `collapse_margin` (1.1) with >= `min_drafts_per_second` (1)",
         "the broken V4-Pro MTP head (AL 1.036), the mis-wired k=3 layer (1.09)",
         "0.1: every broken-collapse figure is below 1.1, every healthy one above, including random-token "
         "benchmark load (1.19-1.21), which must never page",
         "16 min (head), 15 min (mis-wired)"),
-    "VLLMSpecDecodeAcceptanceCollapsedFast": (
+    "AcceptanceCollapsedFast": (
         "AL over **2m** < 1.1 with >= `fast_collapse_min_drafts_per_second` (10) drafts/s",
         "the same collapses at production traffic, in minutes",
         "10 drafts/s x 2m = 1,200 drafts: enough to make AL < 1.1 certain (below); under 10 drafts/s only the "
         "slow path above pages",
         "4 min at 10, 100 and 1,000 drafts/s (broken head; mis-wired layer: 4 min)"),
-    "VLLMSpecDecodeEngineCollapsed": (
+    "EngineCollapsed": (
         "one engine's AL over 5m < 1.1 with traffic, while its server has not collapsed",
         "a dead data-parallel rank (DP=8, one rank at AL 1.036: the server shows 2.41)",
         "the same margin, per engine",
         "15 min"),
-    "VLLMSpecDecodeEngineLagging": (
+    "EngineLagging": (
         "an engine's AL - 1 < `engine_lag_fraction` (0.75) x its server's, with traffic",
         "a partly broken rank",
         "healthy ranks differ by ~5 % (quiet on the DP=8 noise case); a rank at AL 1.9 among 2.61s is at 0.59 of "
         "the server's gain",
         "15-20 min"),
-    "VLLMSpecDecodeFirstPositionAcceptanceLow": (
+    "FirstPositionAcceptanceLow": (
         "position 0 acceptance over 5m < `position0_floor` (0.5), with traffic, where a profile matches or "
         "position 0 was at 0.5 or more within 1d; any k",
         "partial degradations: the V4-Flash sampling bug (0.149), missing draft context (0.22), MTP-3 at AL 1.2, "
@@ -94,45 +97,45 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "partial degradation is <= 0.33 (AL - 1 bounds it). Random-token load gives the sampling bug's very "
         "counters: it warns, never pages, and the description names both readings",
         "17-19 min"),
-    "VLLMSpecDecodeAcceptanceBelowBaseline": (
+    "AcceptanceBelowBaseline": (
         "AL over 5m < 1 + `degraded_fraction` (0.75) x (profile AL - 1), with traffic",
         "the same partial degradations where a profile matches (both files)",
         "profiles hold the lowest healthy figure; 0.75 leaves the ~15 % workload swing above it. V4-Flash k=2 "
         "fixed (AL 1.99) is quiet (threshold 1.74)",
         "17-19 min"),
-    "VLLMSpecDecodeAcceptanceDropped": (
+    "AcceptanceDropped": (
         "AL - 1 over 30m more than `drop_fraction` (40 %) below its previous day, traffic in both, **the same k "
         "all day**",
         "any regression against the deployment's own history",
         "beyond the ~15 % a traffic-mix change moves it, well short of a collapse (~95 %); a k change resets the "
         "comparison (AL must fall when k falls)",
         "28-33 min"),
-    "VLLMSpecDecodeNotDrafting": (
+    "NotDrafting": (
         "generation > 1 token/s, no drafts over 5m, drafted within a day",
         "speculative decoding switched off", "", "15 min"),
-    "VLLMSpecDecodeTargetDown": (
+    "TargetDown": (
         "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for 5m, "
         "or is unreachable (refused, timeout) for 30m",
         "a misconfiguration; a vLLM that never came back",
         "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload stays quiet, a "
         "wrong answer is a misconfiguration no waiting fixes",
         "6 min (wrong answer), 30 min (unreachable)"),
-    "VLLMSpecDecodeTargetInconsistent": (
+    "TargetInconsistent": (
         "over 10m, inconsistent engine polls >= 40 % of the successful polls",
         "two servers behind one URL, a producer whose counters dip, an engine over `MAX_DRAFTS_PER_SECOND`: its "
         "figures are not counted",
         "a real glitch is one poll in hours (1 in 120: quiet)",
         "17 min"),
-    "VLLMSpecDecodeExporterAbsent": (
-        "no `vllm_specdec_exporter_build_info` for 10m", "the exporter not scraped", "", "15 min"),
-    "VLLMSpecDecodeCounterInvariantViolated": (
+    "ExporterAbsent": (
+        "no `{family:exporter_build_info}` for 10m", "the exporter not scraped", "", "15 min"),
+    "CounterInvariantViolated": (
         "invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
-    "VLLMSpecDecodeSpeculativeTokensWasted": (
+    "SpeculativeTokensWasted": (
         "last position accepted in < 5 % of drafts over 1h, with traffic", "a k larger than the draft can use",
         "", ""),
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": (
+    "AcceptanceSuspiciouslyHigh": (
         "acceptance > 98 % over 30m with traffic", "repetition loops", "", ""),
-    "VLLMSpecDecodeRequestAcceptanceExtreme": (
+    "RequestAcceptanceExtreme": (
         "over 1h, > 10 % of >= 20 finished requests at or below 5 % or above 98 % per-request acceptance (only "
         "with vLLM PR #44487's histogram; vllm-direct needs bucket edges 0.05 and 0.98)",
         "garbled output (low end), repetition loops (high end)",
@@ -164,11 +167,13 @@ def metrics_table() -> str:
 
 
 def alerts_table() -> str:
+    from ..metrics import FAMILIES
     from .rules import ALERTS
     rows = ["| alert | severity | for | fires when | catches | threshold and why | onset to firing |",
             "|---|---|---|---|---|---|---|"]
     for a in ALERTS:
-        when, catches, why, onset = ALERT_NOTES.get(a.name, (a.summary, "", "", ""))
+        when, catches, why, onset = ALERT_NOTES.get(a.name.removeprefix(PREFIX), (a.summary, "", "", ""))
+        when = re.sub(r"\{family:(\w+)\}", lambda m: FAMILIES[m[1]].sample, when)
         when += " (sidecar)" if a.sidecar_only else ""
         link = f"[`{a.name}`](../alerts/runbook.md#{a.name.lower()})"
         rows.append("| " + " | ".join([link, a.severity, a.for_, *map(_cell, (when, catches, why, onset))]) + " |")
