@@ -175,19 +175,40 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
     counters = {"drafts": src.drafts, "draft_tokens": src.draft_tokens, "accepted_tokens": src.accepted,
                 "generation_tokens": src.generation}
     lv = levels(src, o)
+    # Fleet scale (docs/scale.md): only the shortest window reads the raw counters. A longer
+    # window w is the mean of the shortest window's recorded rates over w minus that window
+    # (so it spans w), taken per server (and position), after the engines are summed; per
+    # engine, only its mean acceptance length (the overview's engine panel) is kept.
+    base = min(o.windows, key=lambda w: c.parse_duration(o.range(w)))
     for w in o.windows:
         rng = o.range(w)
+        span = _minus(rng, o.range(base)) if w != base else ""
+        if span and c.parse_duration(span) <= 0:
+            span = ""
         finer: str | None = None  # the level just recorded, which the next one sums
         for level, labels in lv:
+            if span and level == ENGINE:
+                mean = {m: f"avg_over_time({name(ENGINE, m, f'rate{base}')}[{span}])" for m in ("accepted_tokens", "drafts")}
+                record(name(level, "mean_acceptance_length", f"ratio_rate{w}"),
+                       f"1 + {mean['accepted_tokens']} / ({mean['drafts']} > 0)")
+                finer = level
+                continue
+            from_base = span and finer == ENGINE  # the first level above the engines: the base's mean
             for metric, counter in counters.items():
+                if from_base:
+                    record(name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
+                    continue
                 source = f"rate({counter}{sel}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
                 record(name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
             if level != ENGINE:
                 # Positions are not kept per engine: the first level below reads the counters.
-                source = (f"rate({src.per_pos}{sel}[{rng}])" if finer is None or finer == ENGINE
-                          else name(finer, "position_accepted_tokens", f"rate{w}"))
-                record(name(level, "position_accepted_tokens", f"rate{w}"),
-                       f"sum by ({by(labels)}, position) ({source})")
+                pos = name(level, "position_accepted_tokens", f"rate{w}")
+                if from_base:
+                    record(pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
+                else:
+                    source = (f"rate({src.per_pos}{sel}[{rng}])" if finer is None or finer == ENGINE
+                              else name(finer, "position_accepted_tokens", f"rate{w}"))
+                    record(pos, f"sum by ({by(labels)}, position) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
             # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
