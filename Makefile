@@ -71,11 +71,13 @@ e2e-vllm: $(STAMP)
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py
 
-## bench: performance ratios and figures, measured side by side in one run
-bench: $(STAMP)
+## bench: performance ratios and figures, measured side by side in one run; then the shipped rules on a real
+## Prometheus at 1,000 and 10,000 simulated engines, both variants (bench/bench_fleet.py, ~25 min, needs make tools)
+bench: $(STAMP) tools
 	$(PY) bench/bench_parse.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_sidecar.py
+	$(PY) bench/bench_fleet.py
 
 ## fuzz: the property-based tests of the parser, adapters and math with 100x the examples (~10 min)
 fuzz: $(STAMP)

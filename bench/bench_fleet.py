@@ -1,0 +1,649 @@
+"""Fleet scale (`make bench`): the shipped rules on a real Prometheus 2.42 scraping
+10,000 (and 1,000) simulated engines, both variants, measured by Prometheus itself.
+Prints `name: value` lines.
+
+Set-up, per variant and fleet size (each on its own Prometheus; the two variants record
+the same names):
+
+- The pod payload is captured once from the real programs: `simulate` (8 engines, k=3)
+  and `serve` polling it. The sidecar variant serves that sidecar's whole /metrics per
+  pod (about 330 series); the vllm-direct variant serves the families its rules read
+  (vLLM's spec-decode counters, generation tokens and the per-request acceptance
+  histogram, about 60 series per engine with `_created`), not vLLM's other ~2,500
+  series per pod, which are the user's cost whatever rules they load.
+- One cheap generator on loopback serves many pods per target (50 pods a target),
+  with `namespace`, `pod` and `instance` labels (honor_labels), counters growing at
+  constant per-engine rates. Scrape and evaluation interval 30 s (kube-prometheus-stack's
+  defaults), the production ranges (5m, 30m, 1h, 2m, 1d): nothing is shortened.
+- The long windows are full from the first evaluation: before the rules are loaded, the
+  generator's own counters are backfilled for the last 65 minutes, and the recorded
+  series that the rules read over a range or with `offset` (the day-long history) for
+  the last 24 h 30 m, both at 30 s steps, through Prometheus's remote-write receiver in
+  time order (so they land in the head block, as a day of real running leaves them).
+  Only the series a rule reads over a range are backfilled: the other sidecar gauges
+  hold minutes of samples, so the RSS is a lower bound on the 3 h head of a real server.
+- Then the rules and the scrape config are loaded (/-/reload) and Prometheus's own
+  prometheus_rule_group_last_duration_seconds is read every 2 s over 4 intervals after
+  the first scrape: fleet_rule_eval_seconds is the worst sum over our two groups.
+
+    .venv/bin/python bench/bench_fleet.py [--engines 1000,10000] [--variants sidecar,vllm-direct]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from vllm_specdec_exporter import config as c
+from vllm_specdec_exporter.generators import rules
+
+CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
+ENGINES_PER_POD = 8
+K = 3
+PODS_PER_TARGET = 50
+INTERVAL = 30  # scrape and evaluation, seconds
+RAW_HISTORY = 65 * 60  # the longest raw range (1h) and a margin
+RECORDED_HISTORY = 24 * 3600 + 45 * 60  # 1d, the drop alert's offset (30m) and a margin
+MODELS = ("deepseek-ai/DeepSeek-V4-Pro", "deepseek-ai/DeepSeek-V4-Flash")
+NAMESPACES = 10
+TARGET_EVALUATIONS = 4
+HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to try queries against it)
+
+
+# --- the pod payloads, captured from the real programs ---
+LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = LINE.match(line)
+        if m:
+            out.append((m[1], dict(LABEL.findall(m[2] or "")), float(m[3])))
+    return out
+
+
+def free_port_listen(proc: subprocess.Popen) -> int | None:
+    if proc.poll() is not None:
+        raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+    inodes = set()
+    for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(step)
+
+
+@contextmanager
+def process(args: list[str], log: Path):
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def serve(es: ExitStack, args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    proc = es.enter_context(process(args, log))
+    port = wait_for(lambda: free_port_listen(proc), 30, f"{args[0]} to listen (log {log})")
+    return proc, f"127.0.0.1:{port}"
+
+
+def get(url: str, timeout: float = 30) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()
+
+
+def capture_payloads(tmp: Path) -> tuple[str, str]:
+    """One pod's sidecar /metrics and vLLM /metrics: 8 engines of DeepSeek MTP, k=3."""
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump({
+        "model_name": MODELS[0], "engines": ENGINES_PER_POD, "k": K, "drafts_per_second": 40,
+        "per_position": [0.9, 0.7, 0.5]}))
+    with ExitStack() as es:
+        _, sim = serve(es, [str(CLI), "simulate", "--scenario", str(tmp / "scenario.yaml"),
+                            "--web.listen-address", "127.0.0.1:0"], tmp / "sim.log")
+        (tmp / "exporter.yaml").write_text(yaml.safe_dump({
+            "targets": [{"name": "vllm", "url": f"http://{sim}/metrics"}],
+            "web": {"listen_address": "127.0.0.1:0"}, "poll": {"interval": "1s"}}))
+        _, exp = serve(es, [str(CLI), "serve", "--config.file", str(tmp / "exporter.yaml")], tmp / "exporter.log")
+        wait_for(lambda: b"vllm_specdec_drafts_total{" in get(f"http://{exp}/metrics"), 30, "the sidecar's first poll")
+        time.sleep(4)
+        return get(f"http://{exp}/metrics").decode(), get(f"http://{sim}/metrics").decode()
+
+
+# --- the fleet model ---
+@dataclass
+class Series:
+    name: str
+    labels: dict[str, str]  # without job
+    rate: float  # per second; 0 for a gauge
+    value: float  # the gauge's value
+    backfill: bool  # read over a range by the rules
+
+
+@dataclass
+class Fleet:
+    variant: str
+    pods: int
+    per_target: list[list[Series]] = field(default_factory=list)
+    t0: float = 0.0  # counters are rate * (t - t0)
+
+    @property
+    def engines(self) -> int:
+        return self.pods * ENGINES_PER_POD
+
+    def all(self):
+        for group in self.per_target:
+            yield from group
+
+
+def _request_histogram(engine_labels: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
+    """vLLM's per-request acceptance histogram (PR #44487's buckets), 2 finished requests/s an engine."""
+    h = c.VLLM_V1_REQUEST_ACCEPTANCE
+    edges = ("0.0", "0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.98", "1.0",
+             "+Inf")
+    cumulative = (0, 1, 2, 4, 6, 9, 14, 20, 27, 33, 37, 38, 39, 40, 40)
+    out = [(f"{h}_bucket", {**engine_labels, "le": e}, 2 * n / 40) for e, n in zip(edges, cumulative, strict=True)]
+    return [*out, (f"{h}_count", dict(engine_labels), 2.0), (f"{h}_sum", dict(engine_labels), 1.3)]
+
+
+def pod_template(variant: str, sidecar_text: str, vllm_text: str) -> list[tuple[str, dict[str, str], float, bool]]:
+    """(name, labels, value, is_counter) of one pod; a counter's value is its count after ~5 s."""
+    if variant == "sidecar":
+        lines = parse(sidecar_text)
+        counter = re.compile(r".*(_total|_count|_sum|_bucket)$")
+        return [(n, lab, v, bool(counter.match(n))) for n, lab, v in lines]
+    keep = (c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_V1_ACCEPTED, c.VLLM_V1_ACCEPTED_PER_POS,
+            c.VLLM_V1_GENERATION_TOKENS)
+    keep_created = tuple(k.removesuffix("_total") + "_created" for k in keep)
+    out = []
+    for n, lab, v in parse(vllm_text):
+        if n in keep:
+            out.append((n, lab, v, True))
+        elif n in keep_created:
+            out.append((n, lab, v, False))
+    for e in sorted({lab["engine"] for n, lab, _ in out if "engine" in lab}, key=int):
+        for n, lab, rate in _request_histogram({"engine": e, "model_name": MODELS[0]}):
+            out.append((n, lab, rate * 5, True))
+    return out
+
+
+def read_over_range(text: str) -> tuple[set[str], dict[str, float]]:
+    """The raw metric names the rule file ``text`` reads with a range or an offset, and the
+    recorded names it reads so, each with the history it needs (its longest range + offset)."""
+    exprs = [r["expr"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
+    raw: set[str] = set()
+    recorded: dict[str, float] = {}
+    sel = r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?(?:\[([0-9a-z]+)\])?(?: offset ([0-9a-z]+))?'
+    for e in exprs:
+        for m in re.finditer(sel, e):
+            if m[3] is None and m[4] is None:
+                continue
+            need = sum(c.parse_duration(x) for x in (m[3], m[4]) if x)
+            if rules.RECORDED_NAME.fullmatch(m[1]):
+                recorded[m[1]] = max(recorded.get(m[1], 0.0), need)
+            else:
+                raw.add(m[1])
+    return raw, recorded
+
+
+def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: float, rule_text: str) -> Fleet:
+    template = pod_template(variant, sidecar_text, vllm_text)
+    raw_ranged, _ = read_over_range(rule_text)
+    # A pod's counters grow at value / 5 s (the capture's age): ratios as the simulator made them.
+    fleet = Fleet(variant, pods, t0=t0)
+    for p in range(pods):
+        spread = 0.8 + 0.4 * ((p * 7919) % 101) / 100
+        pod_labels = {"namespace": f"inference-{p % NAMESPACES}", "pod": f"vllm-{p:05d}",
+                      "instance": f"10.{p // 250}.{p % 250}.7:{9100 if variant == 'sidecar' else 8000}"}
+        model = MODELS[p % len(MODELS)]
+        if p % PODS_PER_TARGET == 0:
+            fleet.per_target.append([])
+        for n, lab, v, is_counter in template:
+            labels = {**lab, **pod_labels}
+            if "model_name" in labels:
+                labels["model_name"] = model
+            fleet.per_target[-1].append(Series(n, labels, spread * v / 5 if is_counter else 0.0,
+                                               v, (is_counter and n in raw_ranged) or n == rules.m.name("up")))
+    return fleet
+
+
+def fmt_labels(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
+class Generator:
+    """Serves target i's pods at /metrics?shard=i; counters computed at request time."""
+
+    def __init__(self, fleet: Fleet):
+        self.shards = []
+        for group in fleet.per_target:
+            counters = [(f"{s.name}{{{fmt_labels(s.labels)}}} ", s.rate) for s in group if s.rate]
+            gauges = "".join(f"{s.name}{{{fmt_labels(s.labels)}}} {s.value:g}\n" for s in group if not s.rate)
+            self.shards.append((counters, gauges.encode()))
+        self.t0 = fleet.t0
+        gen = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                shard = int(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["shard"][0])
+                body = gen.render(shard)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def render(self, shard: int) -> bytes:
+        counters, gauges = self.shards[shard]
+        dt = time.time() - self.t0
+        return "".join([f"{p}{math.floor(r * dt)}\n" for p, r in counters]).encode() + gauges
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- backfill through the remote-write receiver (protobuf and snappy written by hand) ---
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field_bytes(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def labels_bytes(name: str, labels: dict[str, str]) -> bytes:
+    items = sorted({"__name__": name, **labels}.items())
+    return b"".join(field_bytes(1, field_bytes(1, k.encode()) + field_bytes(2, v.encode())) for k, v in items)
+
+
+SAMPLE = np.dtype([("tag", "u1"), ("len", "u1"), ("vtag", "u1"), ("value", "<f8"), ("ttag", "u1"),
+                   ("ts", "u1", (6,))])
+
+
+def samples_bytes(values: np.ndarray, ts_varints: np.ndarray) -> bytes:
+    """Sample{value=1 double, timestamp=2 int64} messages, each 18 bytes (6-byte varint timestamps)."""
+    a = np.empty(len(values), SAMPLE)
+    a["tag"], a["len"], a["vtag"], a["ttag"] = 0x12, 16, 0x09, 0x10
+    a["value"] = values
+    a["ts"] = ts_varints
+    return a.tobytes()
+
+
+def ts_varints(ms: np.ndarray) -> np.ndarray:
+    out = np.empty((len(ms), 6), "u1")
+    for i in range(6):
+        out[:, i] = (ms >> (7 * i)) & 0x7F
+    out[:, :5] |= 0x80
+    assert (ms < 1 << 42).all() and (ms >= 1 << 35).all()
+    return out
+
+
+def snappy_literal(data: bytes) -> bytes:
+    """A valid snappy block that stores ``data`` as literals (no compression needed on loopback)."""
+    out = bytearray(varint(len(data)))
+    step = 1 << 24
+    for i in range(0, len(data), step):
+        chunk = data[i:i + step]
+        out += bytes([63 << 2]) + struct.pack("<I", len(chunk) - 1) + chunk
+    return bytes(out)
+
+
+def remote_write(base: str, timeseries: list[bytes]) -> None:
+    body = snappy_literal(b"".join(field_bytes(1, ts) for ts in timeseries))
+    req = urllib.request.Request(f"{base}/api/v1/write", data=body, method="POST", headers={
+        "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+        "X-Prometheus-Remote-Write-Version": "0.1.0"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
+
+
+def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tuple[str, dict[str, str], float, float]]:
+    """The recorded series the rules read over a range or with offset, at the values the rules
+    would have recorded from the generator's constant rates: (name, labels, value)."""
+    src = rules.VARIANTS[fleet.variant]
+    _, needs = read_over_range(rule_text)
+    family = {src.drafts: "drafts", src.draft_tokens: "draft_tokens", src.accepted: "accepted_tokens",
+              src.per_pos: "position_accepted_tokens", src.generation: "generation_tokens"}
+    levels = dict(rules.levels(src, o))
+    out = []
+    for rec in sorted(needs):
+        level, metric, op = rec.split(":")
+        metric = metric.removeprefix(f"{rules.P}_")
+        keep = levels[level]
+        per_position = metric.startswith("position_")
+        sums: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        positions: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for s in fleet.all():
+            fam = family.get(s.name)
+            if fam is None:
+                continue
+            key = tuple(s.labels.get(k, "") for k in keep)
+            sums[key][fam] += s.rate
+            if fam == "position_accepted_tokens":
+                positions[key][s.labels[c.LABEL_POSITION]] += s.rate
+        for key, r in sums.items():
+            labels = {k: v for k, v in zip(keep, key, strict=True) if v}
+            if op == "max" and metric == "num_speculative_tokens":
+                values = {None: float(K)}
+            elif per_position and op.startswith("rate"):
+                values = positions[key]
+            elif per_position and op.startswith("ratio_rate") and metric == "position_acceptance_ratio":
+                values = {p: v / r["drafts"] for p, v in positions[key].items()}
+            elif op.startswith("rate") and metric in r:
+                values = {None: r[metric]}
+            elif op.startswith("ratio_rate") and metric == "mean_acceptance_length":
+                values = {None: 1 + r["accepted_tokens"] / r["drafts"]}
+            elif op.startswith("ratio_rate") and metric == "acceptance_ratio":
+                values = {None: r["accepted_tokens"] / r["draft_tokens"]}
+            else:
+                raise SystemExit(f"bench_fleet: no model of the recorded series {rec} (read over a range)")
+            for position, value in values.items():
+                extra = {} if position is None else {c.LABEL_POSITION: position}
+                out.append((rec, {**labels, **extra}, value, needs[rec]))
+    return out
+
+
+def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: str) -> tuple[int, float]:
+    """Write the history in time order, 10-minute slices; returns (samples, seconds)."""
+    started = time.monotonic()
+    raw = [(labels_bytes(s.name, {**s.labels, "job": "fleet"}), s.rate, s.value) for s in fleet.all() if s.backfill]
+    recorded = [(labels_bytes(n, lab), v, end - need - 600) for n, lab, v, need in recorded_history(fleet, o, rule_text)]
+    first = min([r[2] for r in recorded] + [end - RAW_HISTORY]) // INTERVAL * INTERVAL
+    raw_first = end - RAW_HISTORY
+    samples = 0
+    slice_seconds = 600
+    t = first
+    while t < end:
+        ts = np.arange(t, min(t + slice_seconds, end), INTERVAL, dtype=np.float64)
+        ms = (ts * 1000).astype(np.int64)
+        tv = ts_varints(ms)
+        batch: list[bytes] = []
+        for lab, v, start in recorded:
+            keep = ts >= start
+            if keep.any():
+                batch.append(lab + samples_bytes(np.full(int(keep.sum()), v), tv[keep]))
+                samples += int(keep.sum())
+        if ts[-1] >= raw_first:
+            keep = ts >= raw_first
+            rts, rtv = ts[keep], tv[keep]
+            for lab, rate, value in raw:
+                batch.append(lab + samples_bytes(np.floor(rate * (rts - fleet.t0)) if rate else np.full(len(rts), value),
+                                                 rtv))
+                if len(batch) >= 20000:
+                    remote_write(base, batch)
+                    batch = []
+            samples += len(raw) * len(rts)
+        if batch:
+            remote_write(base, batch)
+        t += slice_seconds
+    return samples, time.monotonic() - started
+
+
+# --- one measured run ---
+def prom_metrics(base: str) -> dict[str, float]:
+    out = {}
+    for line in get(f"{base}/metrics").decode().splitlines():
+        if line.startswith("prometheus_rule_group_") or line.startswith("process_resident_memory_bytes") \
+                or line.startswith("prometheus_tsdb_head_series "):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def query(base: str, q: str) -> list[dict]:
+    out = json.loads(get(f"{base}/api/v1/query?query={urllib.parse.quote(q)}"))
+    assert out["status"] == "success", out
+    return out["data"]["result"]
+
+
+def settle(base: str) -> None:
+    """Wait (at most 10 min) for the head to be cut to its last hours and the compactions to stop:
+    the backfilled day sits in the head until Prometheus's 1-minute compaction tick moves it into
+    blocks, which would otherwise run during the measurement."""
+    started = time.monotonic()
+
+    def compactions() -> tuple[float, float]:
+        pm = {}
+        for line in get(f"{base}/metrics").decode().splitlines():
+            if line.startswith(("prometheus_tsdb_head_min_time ", "prometheus_tsdb_compactions_total ")):
+                key, _, value = line.rpartition(" ")
+                pm[key] = float(value)
+        return pm["prometheus_tsdb_head_min_time"], pm["prometheus_tsdb_compactions_total"]
+
+    wait_for(lambda: time.time() * 1000 - compactions()[0] < 4 * 3600 * 1000, 600, "the head compaction", step=5)
+    last, quiet_since = compactions()[1], time.monotonic()
+    while time.monotonic() - quiet_since < 75 and time.monotonic() - started < 600:
+        time.sleep(5)
+        now = compactions()[1]
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+    print(f"# compactions settled after {time.monotonic() - started:.0f} s ({last:.0f} compactions)",
+          file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp: Path) -> dict[str, float]:
+    prom_bin = shutil.which("prometheus")
+    if prom_bin is None:
+        raise SystemExit("bench_fleet: no prometheus binary (make tools installs Debian's)")
+    tmp.mkdir()
+    now = time.time()
+    fleet = build_fleet(variant, pods, *payloads, t0=now - RECORDED_HISTORY - 3600, rule_text=rule_text)
+    config = tmp / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": f"{INTERVAL}s",
+                                                 "evaluation_interval": f"{INTERVAL}s"}}))
+    (tmp / "rules.yaml").write_text(rule_text)
+    with ExitStack() as es:
+        gen = es.enter_context(Generator(fleet))
+        proc, address = serve(es, [prom_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                                   "--web.listen-address=127.0.0.1:0", "--web.enable-remote-write-receiver",
+                                   "--web.enable-lifecycle", "--log.level=warn"], tmp / "prometheus.log")
+        base = f"http://{address}"
+        wait_for(lambda: get(f"{base}/-/ready", 5), 60, "Prometheus to be ready")
+        samples, seconds = backfill(base, fleet, time.time(), rules.default_options(), rule_text)
+        print(f"# {variant} {fleet.engines} engines: backfilled {samples:,} samples in {seconds:.0f} s",
+              file=sys.stderr, flush=True)
+        settle(base)
+        config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
+            "rule_files": [str(tmp / "rules.yaml")],
+            "scrape_configs": [{"job_name": "fleet", "honor_labels": True, "static_configs": [
+                {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
+                for i in range(len(fleet.per_target))],
+                "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}]}],
+        }))
+        urllib.request.urlopen(urllib.request.Request(f"{base}/-/reload", method="POST"), timeout=60).read()
+        groups = [g["name"] for g in yaml.safe_load(rule_text)["groups"]]
+
+        def scraped() -> bool:
+            up = query(base, 'up{job="fleet"}')
+            return len(up) == len(fleet.per_target) and all(u["value"][1] == "1" for u in up)
+        wait_for(scraped, 120, "every target's first scrape", step=1)
+        first_scrape = time.time()
+        # Worst over TARGET_EVALUATIONS evaluations of every group after the first scrape.
+        worst, seen, sums, loads = 0.0, defaultdict(set), [], []
+        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+        deadline = time.monotonic() + INTERVAL * (TARGET_EVALUATIONS + 3)
+        while time.monotonic() < deadline:
+            pm = prom_metrics(base)
+            durations, stamps = {}, {}
+            for key, v in pm.items():
+                for g in groups:
+                    if f';{g}"' in key:
+                        if key.startswith("prometheus_rule_group_last_duration_seconds"):
+                            durations[g] = v
+                        elif key.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds"):
+                            stamps[g] = v
+            if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
+                for g in groups:
+                    seen[g].add(stamps[g])
+                worst = max(worst, sum(durations.values()))
+                sums.append(sum(durations.values()))
+                loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+                if all(len(seen[g]) >= TARGET_EVALUATIONS for g in groups):
+                    break
+            time.sleep(2)
+        else:
+            raise SystemExit(f"bench_fleet: fewer than {TARGET_EVALUATIONS} evaluations of {groups} in time")
+        cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+        costly = sorted(((r["evaluationTime"], r["name"], g["name"]) for g in
+                         json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"] for r in g["rules"]), reverse=True)
+        raw_names = read_over_range(rule_text)[0] | {rules.VARIANTS[variant].per_pos}
+        exprs = {r.get("record") or r["alert"]: r["expr"] for g in yaml.safe_load(rule_text)["groups"] for r in g["rules"]}
+        raw_cost = sum(sec for sec, name, _ in costly if any(n + "{" in exprs[name] or n + "[" in exprs[name]
+                                                              for n in raw_names))
+        print(f"#   last evaluation: {sum(x[0] for x in costly):.3f} s in all rules, {raw_cost:.3f} s in those "
+              f"reading raw series; the costliest:", file=sys.stderr)
+        for seconds, name, _group in costly[:15]:
+            print(f"#   {seconds:7.3f} s  {name}", file=sys.stderr)
+        if HOLD[0]:
+            print(f"# holding {base} for {HOLD[0]:.0f} s (generator {gen.address})", file=sys.stderr, flush=True)
+            time.sleep(HOLD[0])
+        pm = prom_metrics(base)
+        missed = sum(v for k, v in pm.items() if k.startswith("prometheus_rule_group_iterations_missed_total")
+                     and any(f';{g}"' in k for g in groups))
+        recorded = float(query(base, f'count({{__name__=~".+:{rules.P}_.+:.+"}})')[0]["value"][1])
+        # The history is there: the recorded series read over the longest range have samples that old.
+        name, need = max(read_over_range(rule_text)[1].items(), key=lambda x: x[1])
+        day_full = bool(query(base, f"count(count_over_time({name}[5m] offset {int(need)}s))"))
+        return {"engines": fleet.engines, "series_scraped": sum(len(g) for g in fleet.per_target),
+                "rule_eval_seconds": worst, "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
+                "load_average": max(loads), "prometheus_cpu_cores": cpu_share, "recorded_series": recorded,
+                "recorded_series_per_engine": recorded / fleet.engines,
+                "rss_mb": rss_mb(proc.pid), "head_series": pm.get("prometheus_tsdb_head_series", float("nan")),
+                "iterations_missed": missed, "backfill_samples": samples,
+                "history_full": float(day_full)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C: every server started here is stopped by PID.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engines", default="1000,10000")
+    ap.add_argument("--variants", default="sidecar,vllm-direct")
+    ap.add_argument("--rules", action="append", default=[], metavar="VARIANT=FILE",
+                    help="measure this rule file instead of the generated one (e.g. an older rules.yaml)")
+    ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    HOLD[0] = args.hold
+    sizes = [int(x) for x in args.engines.split(",")]
+    variants = args.variants.split(",")
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as d:
+        tmp = Path(d)
+        (tmp / "capture").mkdir()
+        payloads = capture_payloads(tmp / "capture")
+        for variant in variants:
+            given = dict(x.split("=", 1) for x in args.rules)
+            rule_text = Path(given[variant]).read_text() if variant in given else rules.dump(rules.rule_file(variant), "")
+            for engines in sizes:
+                r = run(variant, engines // ENGINES_PER_POD, payloads, rule_text, tmp / f"{variant}-{engines}")
+                results[variant, engines] = r
+                tag = f"fleet_{variant.replace('-', '_')}_{engines}"
+                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "load_average", "prometheus_cpu_cores", "recorded_series_per_engine", "rss_mb", "series_scraped",
+                            "head_series", "iterations_missed", "history_full"):
+                    value = r[key]
+                    print(f"{tag}_{key}: {value:.3f}" if isinstance(value, float) and not value.is_integer()
+                          else f"{tag}_{key}: {int(value)}", flush=True)
+    top = max(sizes)
+    worst = max(results[v, top]["rule_eval_seconds"] for v in variants)
+    print(f"fleet_engines: {top}")
+    print(f"fleet_rule_interval_seconds: {INTERVAL}")
+    print(f"fleet_rule_eval_seconds: {worst:.3f}")
+    print(f"fleet_recorded_series_per_engine: {max(results[v, top]['recorded_series_per_engine'] for v in variants):.2f}")
+    print(f"fleet_prometheus_rss_mb: {max(results[v, top]['rss_mb'] for v in variants):.0f}")
+    if len(sizes) > 1:
+        low = min(sizes)
+        for v in variants:
+            growth = results[v, top]["rule_eval_seconds"] / max(results[v, low]["rule_eval_seconds"], 1e-9)
+            print(f"fleet_{v.replace('-', '_')}_eval_growth_{low}_to_{top}: {growth:.1f}")
+    ok = worst <= INTERVAL / 10
+    print(f"fleet_target_met: {int(ok)}  (rules evaluate in at most a tenth of their {INTERVAL} s interval "
+          f"at {top} engines)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
