@@ -6,6 +6,7 @@ each bound is accepted by both."""
 
 from __future__ import annotations
 
+import re
 import json
 
 import pytest
@@ -84,7 +85,7 @@ def test_collapse_margin_above_one_fails_lint_and_template():
     for proc in (helm("lint", "--strict", ".", *args, check=False), helm("template", "rel", ".", *args, check=False)):
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "at '/config/health/collapse_margin': maximum: got 1.5, want 1" in out, out
-    with pytest.raises(ConfigError, match="health.collapse_margin: 1.5 is out of range"):
+    with pytest.raises(ConfigError, match=re.escape("health.collapse_margin: 1.5 is out of range")):
         build_settings({"targets": TARGETS, "health": {"collapse_margin": 1.5}}, {})
 
 
