@@ -47,7 +47,7 @@ generate: $(STAMP)
 	  --chart-schema helm/vllm-specdec-exporter/values.schema.json
 	$(PY) tests/promtool_cases.py
 	$(PY) -m vllm_specdec_exporter.generators.boards dashboards --chart-files helm/vllm-specdec-exporter/files/dashboards
-	$(PY) -m vllm_specdec_exporter.generators.docs
+	$(PY) -m vllm_specdec_exporter.generators.pages
 
 ## preview: docs/overview-preview.png from a real Prometheus run (~12 min; not a Grafana screenshot)
 preview: $(STAMP) tools

@@ -286,7 +286,7 @@ def test_every_option_of_every_command_is_in_the_docs():
     from conftest import REPO
     from vllm_specdec_exporter.cli import build_parser
 
-    from vllm_specdec_exporter.generators.docs import BEGIN, END, doc_files
+    from vllm_specdec_exporter.generators.pages import BEGIN, END, doc_files
 
     def prose(text: str) -> str:
         return re.sub(BEGIN.pattern.replace("(?P<spec>", "(?P<spec>help\\b") + ".*?" + re.escape(END), "", text,

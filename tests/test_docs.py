@@ -1,5 +1,5 @@
 """The front door (issue 24): README.md stays short, every generated block of README.md
-and docs/*.md is what generators/docs.py makes now (`make generate`), and every local
+and docs/*.md is what generators/pages.py makes now (`make generate`), and every local
 link resolves to a file of the repository (and a heading, for an anchor)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from vllm_specdec_exporter.generators import docs
+from vllm_specdec_exporter.generators import pages as docs
 
 DOCS = docs.doc_files(REPO)
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
@@ -40,7 +40,7 @@ def test_the_registries_each_have_their_generated_block():
 
 def test_every_alert_has_its_measured_columns():
     from vllm_specdec_exporter.generators.rules import ALERT_NAMES
-    assert sorted(docs.ALERT_NOTES) == sorted(n.removeprefix(docs.PREFIX) for n in ALERT_NAMES), "add or remove the alert's row in generators/docs.py ALERT_NOTES"
+    assert sorted(docs.ALERT_NOTES) == sorted(n.removeprefix(docs.PREFIX) for n in ALERT_NAMES), "add or remove the alert's row in generators/pages.py ALERT_NOTES"
 
 
 def test_every_metric_note_names_an_exported_family():

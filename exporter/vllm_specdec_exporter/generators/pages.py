@@ -16,7 +16,7 @@ Kinds:
 - ``output report|diff FILE...``: the command's real text output on files of this
   repository (relative paths, run from its root), what "(real output)" means.
 
-Run: python -m vllm_specdec_exporter.generators.docs [--root DIR] [--check]
+Run: python -m vllm_specdec_exporter.generators.pages [--root DIR] [--check]
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def doc_files(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.generators.docs")
+    parser = argparse.ArgumentParser(prog="python -m vllm_specdec_exporter.generators.pages")
     parser.add_argument("--root", default=".", help="the repository (README.md and docs/)")
     parser.add_argument("--check", action="store_true", help="fail if a generated block differs")
     args = parser.parse_args(argv)
