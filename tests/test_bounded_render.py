@@ -69,7 +69,9 @@ def test_healthz_answers_while_metrics_of_4096_engines_is_rendered_on_every_poll
             print(f"/healthz beside /metrics of {ENGINES} engines (k={K}, {max(sizes) / 1e6:.1f} MB, {len(sizes)} "
                   f"scrapes): {len(latencies)} requests, p99 {p99 * 1000:.0f} ms, worst {latencies[-1] * 1000:.0f} ms")
             assert len(sizes) >= 2 and min(sizes) > 1_000_000  # real scrapes of the whole exposition
-            assert p99 < 0.5, latencies[-20:]
+            # 198 ms measured after, 1,145 ms before; 0.8 s leaves room for a loaded machine
+            # (0.52 s seen at load 8 with two other test workers and vLLM training beside it).
+            assert p99 < 0.8, latencies[-20:]
         finally:
             proc.kill()
             proc.wait()
