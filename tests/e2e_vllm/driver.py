@@ -117,8 +117,10 @@ class VllmServer:
     """One `vllm serve` process tree on 127.0.0.1:port, logging into scratch/NAME.log."""
 
     def __init__(self, venv: Path, model: Path, scratch: Path, cache: Path, name: str, port: int,
-                 spec: dict | None, extra: tuple[str, ...] = (), movable: bool = True):
+                 spec: dict | None, extra: tuple[str, ...] = (), movable: bool = True,
+                 target: Path | None = None, served_name: str = MODEL_NAME):
         self.venv, self.model, self.scratch, self.cache = venv, model, scratch, cache
+        self.target, self.served_name = target or model / "target", served_name  # the weights served, the name
         self.name, self.port, self.spec, self.extra = name, port, spec, extra
         self.movable = movable  # may move to another free port if someone took this one meanwhile
         self.log = scratch / f"{name}.log"
@@ -148,8 +150,8 @@ class VllmServer:
         self.wait_ready(timeout)
 
     def launch(self) -> None:
-        args = [str(self.venv / "bin" / "vllm"), "serve", str(self.model / "target"), "--host", "127.0.0.1",
-                "--port", str(self.port), "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
+        args = [str(self.venv / "bin" / "vllm"), "serve", str(self.target), "--host", "127.0.0.1",
+                "--port", str(self.port), "--served-model-name", self.served_name, "--max-model-len", str(MAX_MODEL_LEN),
                 "--max-num-seqs", "8", "--enforce-eager", *self.extra]
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
@@ -212,29 +214,30 @@ class VllmServer:
         return text
 
 
-def _post(url: str, path: str, payload: dict) -> dict:
-    req = urllib.request.Request(url + path, json.dumps({"model": MODEL_NAME, **payload}).encode(),
+def _post(url: str, path: str, payload: dict, model: str = MODEL_NAME) -> dict:
+    req = urllib.request.Request(url + path, json.dumps({"model": model, **payload}).encode(),
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert resp.status == 200, resp.status
         return json.load(resp)
 
 
-def drive_load(url: str, requests: int, max_tokens: int, to_the_limit: int = 0) -> int:
+def drive_load(url: str, requests: int, max_tokens: int, to_the_limit: int = 0, model: str = MODEL_NAME) -> int:
     """``requests`` concurrent greedy completions, plus ``to_the_limit`` that run up to
     the model's length limit, where vLLM drafts fewer than k tokens (so draft tokens are
     not k x drafts). Returns the completion tokens vLLM reported."""
     jobs = [(PROMPTS[i % len(PROMPTS)], max_tokens) for i in range(requests)]
     for i in range(to_the_limit):
         # A prompt repeated to leave 24, 48, ... tokens of room: runs that end differently.
-        one_prompt = _post(url, "/tokenize", {"prompt": PROMPTS[i]})["count"]
+        one_prompt = _post(url, "/tokenize", {"prompt": PROMPTS[i]}, model)["count"]
         prompt = " ".join([PROMPTS[i]] * ((MAX_MODEL_LEN - 24 * (i + 1)) // one_prompt))
-        room = MAX_MODEL_LEN - _post(url, "/tokenize", {"prompt": prompt})["count"]
+        room = MAX_MODEL_LEN - _post(url, "/tokenize", {"prompt": prompt}, model)["count"]
         assert room > 0, (prompt, room)
         jobs.append((prompt, room))
 
     def one(job: tuple[str, int]) -> int:
-        out = _post(url, "/v1/completions", {"prompt": job[0], "max_tokens": job[1], "temperature": 0, "ignore_eos": True})
+        out = _post(url, "/v1/completions", {"prompt": job[0], "max_tokens": job[1], "temperature": 0, "ignore_eos": True},
+                    model)
         return out["usage"]["completion_tokens"]
 
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -256,11 +259,12 @@ def settle(server: VllmServer, timeout: float = 60) -> None:
 class Sidecar:
     """The real exporter (`serve`, the console script) polling vLLM, on a port it reports itself."""
 
-    def __init__(self, cli: str, scratch: Path, name: str, vllm_url: str):
+    def __init__(self, cli: str, scratch: Path, name: str, vllm_url: str, config: dict | None = None):
         self.log = scratch / f"{name}.log"
-        config = {"targets": [{"name": "vllm", "url": vllm_url + "/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
-                  "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"}, "windows": ["1m", "1h"], "health": {"window": "1h"},
-                  "min_drafts": 1}
+        config = config or {
+            "targets": [{"name": "vllm", "url": vllm_url + "/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
+            "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"}, "windows": ["1m", "1h"],
+            "health": {"window": "1h"}, "min_drafts": 1}
         config_file = scratch / f"{name}.yaml"
         config_file.write_text(json.dumps(config))  # JSON is YAML
         with self.log.open("wb") as out:

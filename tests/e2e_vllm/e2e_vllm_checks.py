@@ -9,7 +9,7 @@ line per stats interval, and an interval bracketed by two quiet moments must rea
 same in the exporter's `diff` as in that line. In every configuration the exporter's
 counters must equal vLLM's raw counters.
 
-All five servers boot at once, on their own ports. Order matters and is the order
+The five servers boot in turn, three at a time, on their own ports. Order matters and is the order
 below: the sidecar polls ngram, then EAGLE through one forwarded URL (for the sidecar,
 a vLLM restart mid-run), then a separate draft model (its own sidecar), spec decode off
 and data parallel 2 are checked.
@@ -48,6 +48,7 @@ EXPORTED = {"vllm:spec_decode_num_drafts_total": "vllm_specdec_drafts_total",
             "vllm:spec_decode_num_accepted_tokens_per_pos_total": "vllm_specdec_position_accepted_tokens_total",
             "vllm:generation_tokens_total": "vllm_specdec_generation_tokens_total"}
 
+ALIVE = 3  # vLLM servers at once
 pytestmark = pytest.mark.timeout(1200)
 
 
@@ -64,17 +65,30 @@ class Run:
         self.totals: dict[str, float] = {}  # drafts per configuration behind the forwarder
 
     def launch_all(self) -> None:
-        """Every server boots at once, ngram first: vLLM takes one to four minutes to start
-        on two busy cores, and booting them one after the other would add those up."""
+        """The servers boot in this order, at most ALIVE at a time (about 3 GB each, the machine
+        is shared): vLLM takes one to four minutes to start on two busy cores, and booting them
+        one after the other would add those up. Each stop makes room for the next."""
         eagle = {"method": "eagle", "model": str(self.model / "eagle"), "num_speculative_tokens": K}
         draft = {"method": "draft_model", "model": str(self.model / "draft"), "num_speculative_tokens": K}
         for name, spec, extra in (("ngram", NGRAM, ()), ("eagle", eagle, ()), ("draft", draft, ()),
-                                  ("dp2", NGRAM, ("--data-parallel-size", "2", "--max-num-seqs", "4")),
-                                  ("no-spec", None, ())):
+                                  ("no-spec", None, ()),
+                                  ("dp2", NGRAM, ("--data-parallel-size", "2", "--max-num-seqs", "4"))):
             self.servers[name] = VllmServer(VENV, self.model, self.scratch, self.cache, name, free_port(), spec, extra)
-            self.servers[name].launch()
+        self.top_up()
+
+    def top_up(self) -> None:
+        for server in self.servers.values():
+            if sum(1 for s in self.servers.values() if s.proc is not None and s.proc.poll() is None) >= ALIVE:
+                return
+            if server.proc is None:
+                server.launch()
+
+    def stop(self, name: str) -> None:
+        self.servers[name].stop()
+        self.top_up()
 
     def ready(self, name: str) -> VllmServer:
+        self.top_up()
         server = self.servers[name]
         server.wait_ready()
         self.timings[f"start {name}"] = server.started_seconds
@@ -84,7 +98,8 @@ class Run:
         if self.sidecar is not None:
             self.sidecar.stop()
         for server in self.servers.values():
-            server.stop()
+            if server.proc is not None:
+                server.stop()
         self.forwarder.close()
 
 
@@ -249,7 +264,7 @@ def test_eagle_after_a_restart_matches_vllms_own_log(run):
     restarts = sum(pick(sidecar.metrics(), "vllm_specdec_exporter_engine_restarts_total").values())
     # The URL the sidecar polls goes down, then comes back served by a fresh vLLM with the
     # same model name and its counters back at zero.
-    run.servers["ngram"].stop()
+    run.stop("ngram")
     wait_for(lambda: pick(sidecar.metrics(), "vllm_specdec_up", target="vllm") == {frozenset({("target", "vllm")}): 0.0},
              60, "the sidecar to see vLLM down")
     server = run.ready("eagle")
@@ -268,7 +283,7 @@ def test_eagle_after_a_restart_matches_vllms_own_log(run):
     # A head trained for seconds: position 0 is usually right, later ones less and less.
     pos = figures["vllm_log"]["per_position"]
     assert pos[0] > 0.5 and pos[0] > pos[1] >= pos[2], pos
-    server.stop()  # give its cores to the servers still to be checked
+    run.stop("eagle")  # give its cores to the servers still to be checked
 
 
 def test_draft_model_matches_vllms_own_log(run):
@@ -280,7 +295,7 @@ def test_draft_model_matches_vllms_own_log(run):
         assert figures["exporter"]["drafted"] > 0 and figures["exporter"]["accepted"] > 0, figures
     finally:
         sidecar.stop()
-        server.stop()
+        run.stop("draft")
 
 
 def test_spec_decode_off_reads_as_such(run):
@@ -303,7 +318,7 @@ def test_spec_decode_off_reads_as_such(run):
         assert exported_gen == {"0": gen[("0",)]}
     finally:
         sidecar.stop()
-        server.stop()
+        run.stop("no-spec")
 
 
 def test_data_parallel_2_multiprocess_mode(run):

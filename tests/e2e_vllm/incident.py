@@ -1,0 +1,215 @@
+"""The MTP incident on a real vLLM, shared by the e2e checks (e2e_mtp_checks.py) and `make demo-real`.
+
+A tiny DeepSeek-V3 with one MTP layer (build_mtp_model.py) is served by `vllm serve` with
+``"method": "mtp"`` behind one forwarded URL, as behind a Kubernetes Service. Rollouts
+are server restarts: the next checkpoint boots beside the current one, the URL switches
+to it, the old one stops. The sidecar polls the URL; Prometheus with the sidecar rules
+scrapes the sidecar, a second Prometheus with the vllm-direct rules scrapes the URL; both
+send to Alertmanager with the shipped routing, which posts to the test's webhook.
+
+Phases, in order: healthy (k=2) -> collapse (k=2) -> healthy again -> partial (k=2) ->
+chain (the healthy head at k=4, beyond the two steps it was trained for). At most three vLLM servers are alive at once.
+
+Server flags and the three traps they avoid: ../shared/docs/real-vllm-mtp.md (measured on
+this machine kind, December 2026), summarised in README's "The real vLLM, end to end":
+CPU_MLA for the target and the drafter (AMX_MLA is picked otherwise and the block sizes
+do not match), float32, and vLLM's CPU rotary custom op off (wrong for DeepSeek's 3-D query).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import alert_path
+from driver import PROMPTS, Forwarder, Sidecar, VllmServer, _post, free_port, pick, wait_for
+from vllm_specdec_exporter.generators import rules
+from vllm_specdec_exporter.model import BaselineProfile
+
+MTP_NAME = "tiny-deepseek-v3-mtp"
+TARGET = "mtp"  # the sidecar's name for the URL
+MTP_FLAGS = ("--dtype", "float32", "--attention-backend", "CPU_MLA",
+             "--compilation-config", json.dumps({"custom_ops": ["all", "-rotary_embedding"]}))
+# The lowest healthy figure, for k=2 (measured: see README); k=4 gets the same floor, as the
+# shipped profiles give k=3..8 the k=2 floor (a longer chain never lowers AL).
+PROFILE_AL = 2.5
+PROFILES = [{"name": f"tiny-mtp-k{k}", "model": f"^{re.escape(MTP_NAME)}$", "k": k, "method": "mtp",
+             "mean_acceptance_length": PROFILE_AL} for k in (2, 4)]
+SIDECAR_WINDOWS = ["8s", "20s", "1m"]  # 8s: the health window (5m shortened); 20s: the demo view's
+
+
+def spec(k: int) -> dict:
+    return {"method": "mtp", "num_speculative_tokens": k, "attention_backend": "CPU_MLA"}
+
+
+@dataclass
+class Phase:
+    name: str
+    checkpoint: str  # healthy | collapse | partial
+    k: int
+    server: VllmServer | None = None
+    rollout: float | None = None  # time.time() of the first request it served
+    figures: dict = field(default_factory=dict)
+
+
+PLAN = (("healthy", "healthy", 2), ("collapse", "collapse", 2), ("healthy-again", "healthy", 2),
+        ("partial", "partial", 2), ("chain", "healthy", 4))
+ALIVE = 3  # vLLM servers at once (about 3 GB each; the machine is shared)
+
+
+class Load:
+    """Greedy completions through the URL, ``workers`` at a time, until paused or stopped."""
+
+    def __init__(self, url: str, workers: int = 4, max_tokens: int = 48):
+        self.url, self.workers, self.max_tokens = url, workers, max_tokens
+        self._go = threading.Event()
+        self._stop = threading.Event()
+        self._busy = 0
+        self._lock = threading.Lock()
+        self.errors = 0
+        self.completions = 0
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        n = i
+        while not self._stop.is_set():
+            if not self._go.wait(0.2):
+                continue
+            with self._lock:
+                if not self._go.is_set():
+                    continue
+                self._busy += 1
+            try:
+                _post(self.url, "/v1/completions", {"prompt": PROMPTS[n % len(PROMPTS)], "max_tokens": self.max_tokens,
+                                                    "temperature": 0, "ignore_eos": True}, MTP_NAME)
+                self.completions += 1
+            except Exception:  # a connection cut by a rollout: the next request goes to the new server
+                self.errors += 1
+                time.sleep(0.2)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+            n += self.workers
+
+    def resume(self) -> float:
+        self._go.set()
+        return time.time()
+
+    def pause(self) -> None:
+        with self._lock:
+            self._go.clear()
+        wait_for(lambda: self._busy == 0, 120, "the load's requests in flight to finish")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.clear()
+
+
+class Incident:
+    def __init__(self, es: ExitStack, venv: Path, models: Path, scratch: Path, cache: Path, cli: str,
+                 log=print, plan=PLAN):
+        self.es, self.venv, self.models, self.scratch, self.cache, self.cli = es, venv, models, scratch, cache, cli
+        self.log = log
+        self.phases = [Phase(*p) for p in plan]
+        self.forwarder = Forwarder()
+        es.callback(self.forwarder.close)
+        self._launched = 0
+        self._stops: list[threading.Thread] = []
+        self.current: Phase | None = None
+        self.timings: dict[str, float] = {}
+        self.started = time.monotonic()
+        es.callback(self._stop_all)
+
+    # --- servers -----------------------------------------------------------------------
+    def _launch_next(self) -> None:
+        while self._launched < len(self.phases) and self._alive() < ALIVE:
+            p = self.phases[self._launched]
+            p.server = VllmServer(self.venv, self.models, self.scratch, self.cache, p.name, free_port(), spec(p.k),
+                                  MTP_FLAGS, target=self.models / p.checkpoint, served_name=MTP_NAME)
+            p.server.launch()
+            self._launched += 1
+
+    def _alive(self) -> int:
+        return sum(1 for p in self.phases if p.server is not None and p.server.proc.poll() is None)
+
+    def _stop_all(self) -> None:
+        for t in self._stops:
+            t.join()
+        for p in self.phases:
+            if p.server is not None:
+                p.server.stop()
+
+    def boot(self) -> None:
+        self._launch_next()
+
+    def ready(self, phase: Phase) -> VllmServer:
+        phase.server.wait_ready(900)
+        self.timings[f"ready {phase.name}"] = phase.server.started_seconds
+        return phase.server
+
+    # --- the page path -------------------------------------------------------------------
+    def start_monitoring(self, health_window: str = "8s") -> None:
+        """Receiver, Alertmanager, the sidecar (health over ``health_window``: 8s, the rules' 5m
+        shortened; the demo's view shows 20s), both Prometheus servers and the load (paused)."""
+        scratch = self.scratch
+        self.receiver = alert_path.Receiver()
+        self.es.callback(self.receiver.close)
+        self.am = alert_path.alertmanager(self.es, scratch / "alertmanager", self.receiver.url)
+        config = {"targets": [{"name": TARGET, "url": self.forwarder.url + "/metrics", "method": "mtp"}],
+                  "web": {"listen_address": "127.0.0.1:0"},
+                  "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"},
+                  "windows": SIDECAR_WINDOWS, "health": {"window": health_window}, "min_drafts": 10,
+                  "baselines": {"profiles": PROFILES}}
+        self.sidecar = Sidecar(self.cli, scratch, "exporter-mtp", self.forwarder.url, config)
+        self.es.callback(self.sidecar.stop)
+        profiles = [BaselineProfile(p["name"], re.compile(p["model"]), p["k"], p["mean_acceptance_length"], p["method"])
+                    for p in PROFILES]
+        sidecar_rules = rules.dump(rules.rule_file("sidecar", alert_path.options()), "")
+        direct_rules = rules.dump(rules.rule_file("vllm-direct", alert_path.options(profiles)), "")
+        exporter = self.sidecar.url.removeprefix("http://")
+        self.prom = alert_path.prometheus(self.es, scratch / "prometheus", sidecar_rules, [exporter], self.am, "sidecar")
+        self.direct = alert_path.prometheus(self.es, scratch / "prometheus-direct", direct_rules,
+                                            [self.forwarder.url.removeprefix("http://")], self.am, "vllm-direct")
+        self.load = Load(self.forwarder.url)
+        self.es.callback(self.load.stop)
+
+    # --- rollouts -----------------------------------------------------------------------
+    def roll_out(self, phase: Phase) -> float:
+        """The URL moves to ``phase``'s freshly started server; the old one stops. Returns the
+        time of the first request the new server gets (the load resumes then)."""
+        self.load.pause() if self.current is not None else None
+        self.ready(phase)
+        old = self.current
+        self.forwarder.backend = phase.server.port
+        self.current = phase
+        if old is not None:
+            def stop_then_launch(server=old.server):
+                server.stop()
+                self._launch_next()
+            t = threading.Thread(target=stop_then_launch, daemon=True)
+            t.start()
+            self._stops.append(t)
+        # The sidecar's first poll of the new server sees its counters at zero, as after a real
+        # restart (load before that poll could lift a counter above the old server's).
+        self.sidecar.caught_up()
+        phase.rollout = self.load.resume()
+        self.log(f"rolled out {phase.name} ({phase.checkpoint}, k={phase.k}) on :{phase.server.port}")
+        return phase.rollout
+
+    # --- reading the sidecar ---------------------------------------------------------------
+    def health(self) -> str | None:
+        states = pick(self.sidecar.metrics(), "vllm_specdec_health", target=TARGET, model_name=MTP_NAME)
+        return next((dict(k)["vllm_specdec_health"] for k, v in states.items() if v == 1.0), None)
+
+    def causes(self) -> set[str]:
+        return {dict(k)["cause"] for k in pick(self.sidecar.metrics(), "vllm_specdec_diagnosis_info", target=TARGET)}
+
+    def window(self, name: str, window: str = "8s") -> dict:
+        return pick(self.sidecar.metrics(), name, target=TARGET, window=window)
