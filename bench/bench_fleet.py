@@ -22,9 +22,13 @@ the same names):
   time order (so they land in the head block, as a day of real running leaves them).
   Only the series a rule reads over a range are backfilled: the other sidecar gauges
   hold minutes of samples, so the RSS is a lower bound on the 3 h head of a real server.
-- Then the rules and the scrape config are loaded (/-/reload) and Prometheus's own
+- Then the scrape config alone is loaded (/-/reload) and Prometheus's CPU measured over
+  two intervals, then the rules too, and Prometheus's own
   prometheus_rule_group_last_duration_seconds is read every 2 s over 4 intervals after
-  the first scrape: fleet_rule_eval_seconds is the worst sum over our two groups.
+  the first scrape: fleet_rule_eval_seconds is the worst sum over our two groups. On a
+  machine shared with other work those wall-clock durations grow with the load average
+  (printed beside them); rules_cpu_seconds_per_interval (Prometheus's CPU seconds per
+  interval with the rules minus without) does not.
 
     .venv/bin/python bench/bench_fleet.py [--engines 1000,10000] [--variants sidecar,vllm-direct]
 """
@@ -211,7 +215,7 @@ def pod_template(variant: str, sidecar_text: str, vllm_text: str) -> list[tuple[
             out.append((n, lab, v, True))
         elif n in keep_created:
             out.append((n, lab, v, False))
-    for e in sorted({lab["engine"] for n, lab, _ in out if "engine" in lab}, key=int):
+    for e in sorted({lab["engine"] for _n, lab, _v, _c in out if "engine" in lab}, key=int):
         for n, lab, rate in _request_histogram({"engine": e, "model_name": MODELS[0]}):
             out.append((n, lab, rate * 5, True))
     return out
@@ -526,20 +530,30 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         print(f"# {variant} {fleet.engines} engines: backfilled {samples:,} samples in {seconds:.0f} s",
               file=sys.stderr, flush=True)
         settle(base)
-        config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
-            "rule_files": [str(tmp / "rules.yaml")],
-            "scrape_configs": [{"job_name": "fleet", "honor_labels": True, "static_configs": [
-                {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
-                for i in range(len(fleet.per_target))],
-                "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}]}],
-        }))
-        urllib.request.urlopen(urllib.request.Request(f"{base}/-/reload", method="POST"), timeout=60).read()
+        scrape = [{"job_name": "fleet", "honor_labels": True, "static_configs": [
+            {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
+            for i in range(len(fleet.per_target))],
+            "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}]}]
         groups = [g["name"] for g in yaml.safe_load(rule_text)["groups"]]
+
+        def load(rule_files: list[str]) -> None:
+            config.write_text(yaml.safe_dump({
+                "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
+                "rule_files": rule_files, "scrape_configs": scrape}))
+            urllib.request.urlopen(urllib.request.Request(f"{base}/-/reload", method="POST"), timeout=60).read()
 
         def scraped() -> bool:
             up = query(base, 'up{job="fleet"}')
             return len(up) == len(fleet.per_target) and all(u["value"][1] == "1" for u in up)
+
+        # Scraping alone first: Prometheus's CPU without the rules, over two intervals. CPU seconds
+        # do not grow when other processes share the cores; wall-clock durations do.
+        load([])
+        wait_for(scraped, 120, "every target's first scrape", step=1)
+        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(2 * INTERVAL)
+        scrape_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+        load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
         # Worst over TARGET_EVALUATIONS evaluations of every group after the first scrape.
@@ -590,7 +604,9 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         day_full = bool(query(base, f"count(count_over_time({name}[5m] offset {int(need)}s))"))
         return {"engines": fleet.engines, "series_scraped": sum(len(g) for g in fleet.per_target),
                 "rule_eval_seconds": worst, "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
-                "load_average": max(loads), "prometheus_cpu_cores": cpu_share, "recorded_series": recorded,
+                "load_average": max(loads), "prometheus_cpu_cores": cpu_share,
+                "prometheus_cpu_cores_scrape_only": scrape_cpu,
+                "rules_cpu_seconds_per_interval": (cpu_share - scrape_cpu) * INTERVAL, "recorded_series": recorded,
                 "recorded_series_per_engine": recorded / fleet.engines,
                 "rss_mb": rss_mb(proc.pid), "head_series": pm.get("prometheus_tsdb_head_series", float("nan")),
                 "iterations_missed": missed, "backfill_samples": samples,
@@ -622,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = run(variant, engines // ENGINES_PER_POD, payloads, rule_text, tmp / f"{variant}-{engines}")
                 results[variant, engines] = r
                 tag = f"fleet_{variant.replace('-', '_')}_{engines}"
-                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "load_average", "prometheus_cpu_cores", "recorded_series_per_engine", "rss_mb", "series_scraped",
+                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "load_average", "prometheus_cpu_cores",
+                            "prometheus_cpu_cores_scrape_only", "rules_cpu_seconds_per_interval", "recorded_series_per_engine", "rss_mb", "series_scraped",
                             "head_series", "iterations_missed", "history_full"):
                     value = r[key]
                     print(f"{tag}_{key}: {value:.3f}" if isinstance(value, float) and not value.is_integer()
