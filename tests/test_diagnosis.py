@@ -310,3 +310,35 @@ def test_one_rank_only_while_the_others_stand():
     assert v.reason.startswith("mean acceptance length 1.656 < 1.953 on the whole model; engine 5 collapsed")
     v = judge_one([BROKEN_HEAD if e == 5 else HEALTHY_PRO for e in range(8)], profile=pro)
     assert [h.cause for h in v.causes] == ["one_rank"]
+
+
+def test_the_real_mtp_heads_of_the_e2e_get_their_causes():
+    """Issue 20's real vLLM (tiny DeepSeek-V3, one MTP layer, k=2), the exporter's figures per
+    head over one interval: the collapse is garbage alone (position 1 at exactly 0 of 550
+    is the broken head's consequence, not a draft shorter than k); the partial head (position
+    0 at 42.7 %, position 1 at 2.4 % of those that reached it) names the weak head first and
+    the chain shape beside it."""
+    from vllm_specdec_exporter.health import diagnose
+    from vllm_specdec_exporter.model import Counters
+
+    from vllm_specdec_exporter import config
+
+    collapse = {"0": Counters(550, 1100, 16, (16, 0))}  # 0.0291 / 0
+    assert [h.cause for h in diagnose(collapse, config.DETECTION, 100)] == ["draft_head_garbage"]
+    partial = {"0": Counters(398, 796, 174, (170, 4))}  # 0.4271 / 0.0101
+    assert [h.cause for h in diagnose(partial, config.DETECTION, 100)] == ["draft_head_partial", "chain_break"]
+
+
+def test_a_rollout_into_a_partly_broken_head_names_the_restart_and_the_head():
+    """Issue 20's e2e partial head, deployed as a restart: the configuration change and the
+    weak head both fit, so both are named (and the chain shape beside them)."""
+    from vllm_specdec_exporter.health import diagnose
+    from vllm_specdec_exporter.model import Counters
+
+    from vllm_specdec_exporter import config
+
+    partial = {"0": Counters(398, 796, 174, (170, 4))}
+    causes = diagnose(partial, config.DETECTION, 100, True, ["a restart of engine 0"])
+    assert [h.cause for h in causes] == ["configuration_change", "draft_head_partial", "chain_break"]
+    assert causes[1].evidence == ("every engine (1) and every position low since a restart of engine 0: position 0 "
+                                  "at 42.7 %, then 2.4 % conditional")

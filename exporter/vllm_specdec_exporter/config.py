@@ -203,6 +203,10 @@ DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
 # A workload shift needs a fall seen over time: AL - 1 over the health window below this
 # fraction of the longest window's, with no restart or k change (the Dropped alert's 40 %).
 DIAG_FALL_FRACTION = 0.6
+# Positions accepted in exactly 0 drafts name a draft shorter than k only when at least this
+# many drafts reached the first of them (a real DSpark k=7 run: ~20 % of drafts reach
+# position 5; behind a broken head 16 of 550 did, and zeros there are its consequence).
+DIAG_MIN_REACHED = 50
 # A position 0 under the floor is a fall (degraded, warns) only against a matched profile or
 # when it was at or above the floor within this long (the alert's max_over_time(...[1d]));
 # low from the start with neither, a weak drafter and a partly broken one look the same.

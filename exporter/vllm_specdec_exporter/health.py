@@ -94,7 +94,10 @@ def _chain(total: Counters, min_drafts: int) -> list[Hint]:
             hints.append(Hint("configuration_change", f"{per_draft:.2f} draft tokens per draft while the series say "
                                                       f"k={k}: k was {dead[0]} over this interval "
                                                       f"({_positions(dead)} did not move)"))
-        else:
+        elif total.per_position[0] / drafts >= config.DIAG_GARBAGE_POSITION0 \
+                and total.per_position[dead[0] - 1] >= config.DIAG_MIN_REACHED:
+            # Zero only means something where many drafts reached the position: behind a
+            # garbage head (16 of 550 drafts past position 0) zeros are its consequence.
             hints.append(Hint("draft_shorter_than_k", f"{_positions(dead)} accepted in exactly 0 of "
                                                       f"{drafts:,.0f} drafts at k={k}: try k={dead[0]}"))
     live = dead[0] if dead else k
@@ -150,12 +153,18 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     if len(zero) == len(judged):
         where = "on every engine" if len(judged) > 1 else "on its only engine"
         falls.append(Hint("draft_head_garbage", f"position 0 accepted in {_pct(pos0)} of drafts, {where}"))
-    if not falls and not shape:
+    # The head itself is weak (position 0 under the floor): named even beside a restart or a
+    # chain shape (both fit); never beside garbage or one rank, which say more.
+    if not any(h.cause in ("one_rank", "draft_head_garbage") for h in falls) and (
+            not shape or pos0 < det.position0_floor):
         cond = [v for v in st.conditional_acceptance[1:] if v is not None]
         then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
         e = earlier.counters if earlier is not None else None
         before = None if e is None or e.drafts <= 0 else _gain(e)
-        if earlier is not None and before is not None and gain < config.DIAG_FALL_FRACTION * before:
+        if changes:
+            falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low since "
+                                                    f"{', '.join(changes)}: position 0 at {_pct(pos0)}{then}"))
+        elif earlier is not None and before is not None and gain < config.DIAG_FALL_FRACTION * before:
             falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
                                                 f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
                                                 f"{1 + before:.3f} over {earlier.label}, with no restart or k change"))
