@@ -10,6 +10,7 @@ import selectors
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -17,6 +18,7 @@ from conftest import REPO
 from prom_harness import wait_for
 from security_harness import percentile, start_exporter, timed_get
 from vllm_specdec_exporter import config, server
+from vllm_specdec_exporter.parser import parse
 
 # Timing assertions (lifetimes, probe p99): in make test's parallel run, never beside another latency test.
 pytestmark = pytest.mark.xdist_group("latency")
@@ -139,6 +141,11 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
         stop.set()
         assert results.poll(30)
         oldest, closed, longest = results.recv()
+        # What the server did, on /metrics (they were counted and never exported before).
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            samples = parse(resp.read()).samples
+        evicted = samples["vllm_specdec_exporter_connections_evicted_total"][0].value
+        timed_out = samples["vllm_specdec_exporter_connections_timed_out_total"][0].value
     finally:
         stop.set()
         attacker.join(30)
@@ -151,6 +158,7 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     # and closes ~450 a second here, and a probe queues behind them in the kernel.
     assert p99 < 0.500
     assert closed >= 300 and longest < HEADER_TIMEOUT + 1
+    assert evicted + timed_out >= closed >= 300, (evicted, timed_out, closed)  # every close counted
     assert oldest < HEADER_TIMEOUT + 1
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
 
@@ -233,8 +241,11 @@ def test_half_open_connections_are_closed_at_the_header_timeout():
             wait_for(lambda: len(attack.lifetimes) >= 50, HEADER_TIMEOUT + 10,
                      "the server to close 50 half-open connections", step=0.05)
             lifetimes = sorted(attack.lifetimes)[:50]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            timed_out = parse(resp.read()).samples["vllm_specdec_exporter_connections_timed_out_total"][0].value
     finally:
         serve.stop()
+    assert timed_out >= 50  # counted on /metrics
     # not before: each sent a header line every 0.5 s meanwhile, which must not reset the timeout
     # ... and not much after: a doubled timeout fails this
     assert lifetimes[0] > HEADER_TIMEOUT - 0.5 and lifetimes[-1] < HEADER_TIMEOUT + 1, (lifetimes[0], lifetimes[-1])

@@ -214,6 +214,23 @@ class SpecDecodeCollector(Collector):
                     restarts, suppressed, info)
 
 
+class ConnectionCollector(Collector):
+    """What the listening sites did to client connections (server.GuardedSite's counts)."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]):
+        self._counts = counts  # (evicted, timed out), summed over the sites
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        evicted, timed_out = self._counts()
+        e, t = _counter("exporter_connections_evicted"), _counter("exporter_connections_timed_out")
+        e.add_metric([], evicted)
+        t.add_metric([], timed_out)
+        yield from (e, t)
+
+
 class WebConfigCollector(Collector):
     """The web config's reload outcome (with --web.config.file only)."""
 
@@ -262,7 +279,10 @@ class Exposition:
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    """Views by identity (immutable: a new poll is a new object); counts by value (two equal
+    large ints are different objects: by identity every scrape would render again)."""
+    return len(a) == len(b) and all(x is y or (type(x) is int and type(y) is int and x == y)
+                                    for x, y in zip(a, b, strict=True))
 
 
 @functools.cache

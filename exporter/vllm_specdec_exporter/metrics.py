@@ -107,6 +107,10 @@ FAMILIES: dict[str, Family] = {f.short: f for f in (
            f'New upstream warnings not logged: the target already had {config.WARNINGS_REMEMBERED:,} distinct ones logged.'),
     Family("exporter_poll_task_restarts", "counter", (T,),
            "Times a target's poll loop failed and was restarted."),
+    Family("exporter_connections_evicted", "counter", (),
+           'Client connections closed to stay within the connection cap (one waiting for its headers, else the idlest).'),
+    Family("exporter_connections_timed_out", "counter", (),
+           'Client connections closed for not sending their request headers within the header timeout.'),
     # Only with --web.config.file, like Prometheus's config_last_reload_successful.
     Family("exporter_web_config_last_reload_successful", "gauge", (),
            'Whether the last web config reload applied (1) or was refused, the last good config kept (0).'),

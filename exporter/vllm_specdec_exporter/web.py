@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
-from .collector import Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
+from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
 from .model import Counters, SeriesKey
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
@@ -41,6 +41,7 @@ POLLERS: web.AppKey[list[TargetPoller]] = web.AppKey("pollers")
 SETTINGS = web.AppKey("settings", Settings)
 MONO: web.AppKey[Callable[[], float]] = web.AppKey("mono")  # the clock every freshness test reads
 READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
+SITES: web.AppKey[list[GuardedSite]] = web.AppKey("sites")  # the listening sites (start_site)
 
 
 def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
@@ -59,6 +60,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app[MONO] = mono
     app[POLLERS] = []
     app[READY] = {"ready": False}
+    app[SITES] = []
 
     async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(auto_decompress=True) as session:
@@ -78,6 +80,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     app.cleanup_ctx.append(pollers_ctx)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], settings, mono))
+    registry.register(ConnectionCollector(lambda: connection_counts(app)))
     if web_config is not None:
         registry.register(WebConfigCollector(web_config))
     # The usual process_* and python_* series, on the private registry.
@@ -104,14 +107,20 @@ def metrics_handler(app: web.Application, registry: CollectorRegistry,
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
         reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
-        identity, zipped = await exposition.bodies(
-            content_type, encoder, (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads))
+        state = (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads, *connection_counts(app))
+        identity, zipped = await exposition.bodies(content_type, encoder, state)
         headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(body=zipped, headers={**headers, "Content-Encoding": "gzip"})
         return web.Response(body=identity, headers=headers)
 
     return metrics
+
+
+def connection_counts(app: web.Application) -> tuple[int, int]:
+    """(evicted, timed out) client connections, over the app's listening sites."""
+    sites = app[SITES]
+    return sum(s.pool.evicted for s in sites), sum(s.timed_out for s in sites)
 
 
 def accepts_gzip(header: str) -> bool:
@@ -276,6 +285,8 @@ async def start_site(runner: web.AppRunner, host: str | None, port: int, web_con
     site = GuardedSite(runner, host, port, backlog=LISTEN_BACKLOG, limits=limits,
                        web_config=web_config.current if web_config else None)
     await site.start()
+    if SITES in runner.app:
+        runner.app[SITES].append(site)  # its connection counts go to /metrics
     return site, site.bound_port
 
 
