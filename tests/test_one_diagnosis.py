@@ -61,27 +61,27 @@ def cli_causes(tmp_path, model: str, before: bytes, after: bytes) -> tuple[list,
     return out[0], out[1]
 
 
-def sidecar_causes(model: str, serve) -> tuple[set, str, list, str]:
-    """Poll ``serve(t)`` for 6 min of fake time; the causes on /metrics, the landing page's
-    hint line, /api/v1/summary's diagnosis and its health state."""
+def run_sidecar(serve, interval: float, polls: int) -> tuple[dict, str, dict]:
+    """The real exporter polling ``serve(t)`` (t: fake seconds from 0) ``polls`` times, one
+    ``interval`` apart; then its /metrics samples, landing page and /api/v1/summary."""
     async def go():
         clock = FakeClock(0.0)
 
         async def handle(request):
-            return web.Response(body=serve(clock.t + 60.0), content_type="text/plain")
+            return web.Response(body=serve(clock.t), content_type="text/plain")
 
         app = web.Application()
         app.router.add_get("/metrics", handle)
         runner, url = await start(app)
-        settings = build_settings({"poll": {"interval": "5s", "timeout": "2s"}},
+        settings = build_settings({"poll": {"interval": f"{interval:g}s", "timeout": "2s"}},
                                   {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
         exp = create_app(settings, mono=clock, start_polling=False)
         exp_runner, exp_url = await start(exp)
         try:
             async with aiohttp.ClientSession() as session:
-                for _ in range(73):
+                for _ in range(polls):
                     await exp[POLLERS][0].poll_once()
-                    clock.t += 5.0
+                    clock.t += interval
                 async with session.get(exp_url + "/metrics") as r:
                     m = parse(await r.text()).samples
                 async with session.get(exp_url + "/") as r:
@@ -91,11 +91,18 @@ def sidecar_causes(model: str, serve) -> tuple[set, str, list, str]:
         finally:
             await exp_runner.cleanup()
             await runner.cleanup()
-        causes = {s.labels["cause"] for s in m.get("vllm_specdec_diagnosis_info", []) if s.labels["model_name"] == model}
-        hint = next((line for line in page.splitlines() if "likely cause" in line), "")
-        entry = summary["models"][model]
-        return causes, hint, entry["diagnosis"], entry["health"]["state"]
+        return m, page, summary
     return asyncio.run(go())
+
+
+def sidecar_causes(model: str, serve) -> tuple[set, str, list, str]:
+    """Poll ``serve(t)`` for 6 min of fake time; the causes on /metrics, the landing page's
+    hint line, /api/v1/summary's diagnosis and its health state."""
+    m, page, summary = run_sidecar(lambda t: serve(t + 60.0), 5.0, 73)
+    causes = {s.labels["cause"] for s in m.get("vllm_specdec_diagnosis_info", []) if s.labels["model_name"] == model}
+    hint = next((line for line in page.splitlines() if "likely cause" in line), "")
+    entry = summary["models"][model]
+    return causes, hint, entry["diagnosis"], entry["health"]["state"]
 
 
 PRO, FLASH = "deepseek-ai/DeepSeek-V4-Pro", "deepseek-ai/DeepSeek-V4-Flash"
@@ -227,30 +234,9 @@ def test_the_same_weak_figure_after_a_fall_is_degraded_and_a_workload_shift():
             lines.append(f"{name} {float(va) + float(b.rsplit(' ', 1)[1]):.0f}")
         return ("\n".join(lines) + "\n").encode()
 
-    async def go():
-        clock = FakeClock(0.0)
-
-        async def handle(request):
-            return web.Response(body=serve(clock.t), content_type="text/plain")
-
-        app = web.Application()
-        app.router.add_get("/metrics", handle)
-        runner, url = await start(app)
-        settings = build_settings({"poll": {"interval": "15s", "timeout": "2s"}},
-                                  {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
-        exp = create_app(settings, mono=clock, start_polling=False)
-        exp_runner, exp_url = await start(exp)
-        try:
-            async with aiohttp.ClientSession() as session:
-                while clock.t <= 2400 + 420:
-                    await exp[POLLERS][0].poll_once()
-                    clock.t += 15.0
-                async with session.get(exp_url + "/api/v1/summary") as r:
-                    return (await r.json())["models"][model]
-        finally:
-            await exp_runner.cleanup()
-            await runner.cleanup()
-    entry = asyncio.run(go())
+    # polls at 0, 15, ..., 2,820 s: 40 healthy minutes, then 7 weak ones
+    _, _, summary = run_sidecar(serve, 15.0, (2400 + 420) // 15 + 1)
+    entry = summary["models"][model]
     assert entry["health"]["state"] == "degraded"
     assert [h["cause"] for h in entry["diagnosis"]] == ["workload_shift"]
     assert "over 1h, with no restart or k change" in entry["diagnosis"][0]["evidence"]

@@ -46,6 +46,12 @@ class Earlier:
     counters: Counters | None = None  # the model over it: a workload shift needs a fall against it
     position0_healthy: bool = False  # position 0 at or above the floor within the last day
 
+    @property
+    def gain(self) -> float | None:
+        """AL - 1 over the longer window, None without drafts there."""
+        c = self.counters
+        return None if c is None or c.drafts <= 0 else c.accepted / c.drafts
+
 
 @dataclass(frozen=True, slots=True)
 class Hint:
@@ -159,12 +165,11 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
             not shape or pos0 < det.position0_floor):
         cond = [v for v in st.conditional_acceptance[1:] if v is not None]
         then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
-        e = earlier.counters if earlier is not None else None
-        before = None if e is None or e.drafts <= 0 else _gain(e)
+        before = earlier.gain if earlier is not None else None
         if changes:
             falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low since "
                                                     f"{', '.join(changes)}: position 0 at {_pct(pos0)}{then}"))
-        elif earlier is not None and before is not None and gain < config.DIAG_FALL_FRACTION * before:
+        elif earlier is not None and before is not None and _fell(total, det, earlier, None):
             falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
                                                 f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
                                                 f"{1 + before:.3f} over {earlier.label}, with no restart or k change"))
@@ -181,8 +186,8 @@ def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: Baselin
     """Below the profile's threshold, or below DIAG_FALL_FRACTION of the earlier figure."""
     if profile is not None and _gain(c) < det.degraded_fraction * (profile.mean_acceptance_length - 1):
         return True
-    e = earlier.counters if earlier is not None else None
-    return e is not None and e.drafts > 0 and _gain(c) < config.DIAG_FALL_FRACTION * _gain(e)
+    before = earlier.gain if earlier is not None else None
+    return before is not None and _gain(c) < config.DIAG_FALL_FRACTION * before
 
 
 def _gain(c: Counters) -> float:
