@@ -13,8 +13,8 @@ Only ``model.layers.2.*`` (the MTP layer) differs between them: the target's out
 are identical and only acceptance moves. ``figures.json`` holds the offline
 acceptance of each (the drafting vLLM does, replayed in plain PyTorch).
 
-Why DeepSeek-V3 and not V4, and the server flags: README, "The real vLLM, end to end",
-from ../shared/docs/real-vllm-mtp.md (measured on this machine kind, December 2026):
+Why DeepSeek-V3 and not V4, and the server flags: docs/e2e-vllm.md, "The MTP incident"
+(the team's notes measured on this machine kind in December 2026, copied there):
 hidden 256, the CPU MLA backend's 576-wide latent (kv_lora_rank 512 + rope 64), MoE
 sizes multiples of 32, sigmoid/noaux_tc routing, one MTP layer. The corpus and the
 tokenizer are build_model.py's.

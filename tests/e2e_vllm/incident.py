@@ -10,8 +10,8 @@ send to Alertmanager with the shipped routing, which posts to the test's webhook
 Phases, in order: healthy (k=2) -> collapse (k=2) -> healthy again -> partial (k=2) ->
 chain (the healthy head at k=4, beyond the two steps it was trained for). At most three vLLM servers are alive at once.
 
-Server flags and the three traps they avoid: ../shared/docs/real-vllm-mtp.md (measured on
-this machine kind, December 2026), summarised in README's "The real vLLM, end to end":
+Server flags and the three traps they avoid (measured on this machine kind, December 2026),
+in docs/e2e-vllm.md, "The MTP incident":
 CPU_MLA for the target and the drafter (AMX_MLA is picked otherwise and the block sizes
 do not match), float32, and vLLM's CPU rotary custom op off (wrong for DeepSeek's 3-D query).
 """
