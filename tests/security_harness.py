@@ -4,6 +4,7 @@ the real exporter as a subprocess, a raw TLS client, latency percentiles."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -232,3 +233,16 @@ class Upstream:
     def __exit__(self, *exc) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+def log_events(logs: str, event: str) -> list[dict]:
+    """The JSON log records of ``event`` in a server's output (other lines skipped)."""
+    out = []
+    for line in logs.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == event:
+            out.append(record)
+    return out

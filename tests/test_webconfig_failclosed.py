@@ -8,7 +8,6 @@ editor's truncate or a full disk leaves it."""
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from pathlib import Path
@@ -18,7 +17,8 @@ import structlog
 import yaml
 
 from prom_harness import wait_for
-from security_harness import bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, write_web_config
+from security_harness import (bcrypt_hash, get, get_full, log_events, make_pki, start_exporter, tls_client,
+                              write_web_config)
 
 PASSWORD = "fail-closed-pw-7d1e"
 
@@ -42,16 +42,6 @@ def plain_http_status(port: int, path: str = "/metrics") -> int | str:
     return int(data.split()[1]) if data.startswith(b"HTTP/1.") else "refused"
 
 
-def error_lines(logs: str, event: str = "web_config_reload_failed") -> list[dict]:
-    out = []
-    for line in logs.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("event") == event:
-            out.append(record)
-    return out
 
 
 def assert_still_secure(port: int, pki: Path, seconds: float = 3.0) -> None:
@@ -113,7 +103,7 @@ def test_a_truncated_or_half_written_web_config_keeps_tls_and_the_password(tmp_p
         assert reload_metrics(port, ctx) == (1.0, 3.0)
     finally:
         logs = server.stop()
-    errors = error_lines(logs)
+    errors = log_events(logs, "web_config_reload_failed")
     assert len(errors) == 3, logs
     for record in errors:
         assert record["level"] == "error" and record["file"] == str(cfg), record
@@ -121,7 +111,7 @@ def test_a_truncated_or_half_written_web_config_keeps_tls_and_the_password(tmp_p
     assert "remove every basic_auth_users" in errors[1]["error"] and "TLS" not in errors[1]["error"], errors[1]
     assert "turn TLS off" in errors[2]["error"], errors[2]
     assert all("restart" in r["error"] for r in errors)
-    assert len(error_lines(logs, "web_config_reloaded")) == 1
+    assert len(log_events(logs, "web_config_reloaded")) == 1
     assert PASSWORD not in logs
 
 

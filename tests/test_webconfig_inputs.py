@@ -6,7 +6,6 @@ The real `serve` command and real files."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import run_cli
-from security_harness import get_full, start_exporter, write_web_config
+from security_harness import get_full, log_events, start_exporter, write_web_config
 
 BAD_HEADER_VALUES = {
     "CRLF": "default-src 'self'\r\nX-Injected: 1",
@@ -34,18 +33,6 @@ def serve_refuses(path, timeout: float = 20) -> str:
     assert proc.returncode == 2, err
     assert len(err.strip().splitlines()) == 1, err  # one line, never a traceback
     return err
-
-
-def log_events(logs: str, event: str) -> list[dict]:
-    out = []
-    for line in logs.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("event") == event:
-            out.append(record)
-    return out
 
 
 @pytest.mark.parametrize("kind", BAD_HEADER_VALUES)
