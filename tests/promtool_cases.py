@@ -65,13 +65,14 @@ def mix(drafts: float, per_pos: list[float], k: int | None = None, gen: float | 
             "gen": drafts + accepted if gen is None else gen}
 
 
-def deployment(variant: str, pod: str, model: str, phases, engine: str = "0", skip=(), extra=None,
+def deployment(variant: str, pod: str | None, model: str, phases, engine: str = "0", skip=(), extra=None,
                target: str = "vllm") -> list[dict]:
     """Series of one engine through phases: [(mix, minutes) | ('restart',) | ('absent-drafts', mix, minutes)].
-    A phase with fewer positions than k (k lowered across a restart) leaves the others absent."""
+    A phase with fewer positions than k (k lowered across a restart) leaves the others absent.
+    No pod: a static scrape outside Kubernetes, without namespace and pod labels."""
     n = NAMES[variant]
-    labels = {**(extra or {}), "namespace": NS, "pod": pod, "model_name": model, "engine": engine,
-              "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm"}
+    labels = {**(extra or {}), **({"namespace": NS, "pod": pod} if pod else {}), "model_name": model,
+              "engine": engine, "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm"}
     if variant == "sidecar":
         labels["target"] = target
 
@@ -181,21 +182,23 @@ def alert(name: str, severity: str, labels: dict, summary: str, description: str
 VARIANT = {"v": "sidecar"}  # the variant being rendered: sidecar alerts also carry `target`
 
 
-def pod_labels(pod: str, model: str, **extra) -> dict:
-    out = {**extra, "namespace": NS, "pod": pod, "model_name": model}
+def pod_labels(pod: str | None, model: str, target: str = "vllm", **extra) -> dict:
+    out = {**extra, **({"namespace": NS, "pod": pod} if pod else {}), "model_name": model}
     if VARIANT["v"] == "sidecar":
-        out.setdefault("target", "vllm")
+        out["target"] = target
     return out
 
 
-def where(pod: str, model: str) -> str:
-    return f"{model} on {NS}/{pod}"
+def where(pod: str | None, model: str, target: str = "vllm") -> str:
+    if pod:
+        return f"{model} on {NS}/{pod}"
+    return f"{model} (target {target})" if VARIANT["v"] == "sidecar" else model  # a static scrape
 
 
-def collapsed(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(pod, model),
+def collapsed(pod: str | None, model: str, value: str, target: str = "vllm") -> dict:
+    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(pod, model, target=target),
                  "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m (1.0 means no draft token is "
+                 f"Mean acceptance length of {where(pod, model, target)} is {value} over 5m (1.0 means no draft token is "
                  f"accepted) with real traffic. Decoding still works but runs at non-speculative speed: suspect the "
                  f"draft head (quantised conversion, loader) or draft sampling.")
 
@@ -590,6 +593,11 @@ def fleet_group(v: str) -> dict:
     expected = [alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels("pro-0", PRO, cluster="east"),
                       "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
                       collapsed("pro-0", PRO, "1.036")["exp_annotations"]["description"])]
+    # A static scrape outside Kubernetes: no namespace, no pod; the alert still says where.
+    s += deployment(v, None, "static-model", [(PRO_BROKEN, 60)], target="static")
+    expected.append(alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(None, "static-model", target="static"),
+                          "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+                          collapsed(None, "static-model", "1.036", target="static")["exp_annotations"]["description"]))
     if v == "sidecar":
         s += deployment(v, "standalone", PRO, [(PRO_BROKEN, 60)], target="rank0")
         s += deployment(v, "standalone", PRO, [(PRO_HEALTHY, 60)], target="rank1")

@@ -143,7 +143,8 @@ def test_custom_labels_reach_every_expression_by_clause_and_annotation(variant):
         assert [s for t in texts for s in stray_labels(t)] == [], r.get("alert") or r["record"]
     alerts = {r["alert"]: r for r in rs if "alert" in r}
     collapsed = alerts["VLLMSpecDecodeAcceptanceCollapsed"]
-    assert "{{ $labels.k8s_ns }}/{{ $labels.k8s_pod }}" in collapsed["annotations"]["description"]
+    assert "{{ $labels.k8s_ns }}/{{ end }}{{ $labels.k8s_pod }}" in collapsed["annotations"]["description"]
+    assert "{{ if $labels.k8s_pod }}" in collapsed["annotations"]["description"]
     assert "on(region, k8s_ns, k8s_pod" in collapsed["expr"]
     # Every alert that names a server names it with the configured labels (11 in the sidecar file; the
     # vLLM-direct invariant alert names one too).

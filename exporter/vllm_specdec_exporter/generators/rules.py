@@ -270,9 +270,14 @@ def label(key: str) -> str:
     return f"{{{{ $labels.{key} }}}}"
 
 
-def where(o: Options) -> str:
-    """'<model> on <namespace>/<pod>' in every description, with the labels the options name."""
-    return f"{label(c.LABEL_MODEL)} on {label(o.namespace_label)}/{label(o.pod_label)}"
+def where(src: Source, o: Options) -> str:
+    """'<model> on <namespace>/<pod>' in every description, with the labels the options name.
+    Outside Kubernetes (a static scrape) there is no pod: the sidecar variant names the target
+    instead, the vLLM-direct one the model alone, never an empty 'on /'."""
+    ns, pod = f"$labels.{o.namespace_label}", f"$labels.{o.pod_label}"
+    at = f"{{{{ if {ns} }}}}{label(o.namespace_label)}/{{{{ end }}}}{label(o.pod_label)}"
+    other = f"{{{{ else }}}} (target {label(c.LABEL_TARGET)})" if src is SIDECAR else ""
+    return f"{label(c.LABEL_MODEL)}{{{{ if {pod} }}}} on {at}{other}{{{{ end }}}}"
 
 
 ENGINE_LABEL, POSITION_LABEL = label(c.LABEL_ENGINE), label(c.LABEL_POSITION)
@@ -311,7 +316,7 @@ def _context(src: Source, o: Options) -> X:
              al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"), d5=name(L, "drafts", f"rate{w}"),
              eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), ed5=name(ENGINE, "drafts", f"rate{w}"),
              pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"), collapse=f"1 + {t['collapse_margin']}",
-             k=name(L, "num_speculative_tokens", "max"), where=where(o),
+             k=name(L, "num_speculative_tokens", "max"), where=where(src, o),
              altr=name(L, "mean_acceptance_length", f"ratio_rate{tr}"), dtr=name(L, "drafts", f"rate{tr}"))
 
 
