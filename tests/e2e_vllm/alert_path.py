@@ -119,6 +119,15 @@ class Receiver:
                     out.append(a | {"_at": n["at"], "_path": n["path"]})
         return out
 
+    def firing(self, since: float = 0.0, path: str | None = None) -> set[tuple[str, str]]:
+        """(alertname, rules) whose latest notification after ``since`` says firing. Alertmanager
+        sends every alert of a group in each notification, so one resolved alert can arrive beside
+        others of the group still firing: only the latest status of each alert tells."""
+        latest = {}
+        for a in sorted(self.alerts(since, path), key=lambda a: a["_at"]):
+            latest[a["labels"]["alertname"], a["labels"]["rules"]] = a["status"]
+        return {k for k, v in latest.items() if v == "firing"}
+
     def close(self) -> None:
         async def stop() -> None:
             await self._runner.cleanup()
