@@ -655,14 +655,20 @@ def fast_collapse_group(v: str) -> dict:
 
 def distribution_group(v: str) -> dict:
     """The acceptance-count distribution rule: drafts that accepted exactly j, as a share, by hand
-    from the survival figures (exactly 0 = 1 - pos0, exactly j = pos[j-1] - pos[j], exactly k = pos[k-1])."""
-    s = deployment(v, "pro-native-k2", PRO, [(PRO_HEALTHY, 30)])  # 0.924 / 0.687
-    s += deployment(v, "pro-native-k1", PRO, [(mix(1000, [911]), 30)])  # 91.1 %
-    s += deployment(v, "pro-broken", PRO, [(PRO_BROKEN, 30)])  # 235 / 5 of 6590
-    rule = "namespace_pod_model_name:vllm_specdec_acceptance_count_ratio:ratio_rate5m"
+    from the survival figures (exactly 0 = 1 - pos0, exactly j = pos[j-1] - pos[j], exactly k = pos[k-1]).
+    Recorded where the dashboards read it (per namespace and model, not per server): each pod
+    here runs in a namespace of its own name."""
+    def own_namespace(pod: str, series: list[dict]) -> list[dict]:
+        return [{**x, "series": x["series"].replace(f'namespace="{NS}"', f'namespace="{pod}"')} for x in series]
+
+    s = own_namespace("pro-native-k2", deployment(v, "pro-native-k2", PRO, [(PRO_HEALTHY, 30)]))  # 0.924 / 0.687
+    s += own_namespace("pro-native-k1", deployment(v, "pro-native-k1", PRO, [(mix(1000, [911]), 30)]))  # 91.1 %
+    s += own_namespace("pro-broken", deployment(v, "pro-broken", PRO, [(PRO_BROKEN, 30)]))  # 235 / 5 of 6590
+    rule = "namespace_model_name:vllm_specdec_acceptance_count_ratio:ratio_rate5m"
 
     def sample(pod: str, accepted: int, value: float) -> dict:
-        labels = ",".join(f'{k}="{x}"' for k, x in {**pod_labels(pod, PRO), "accepted": str(accepted)}.items())
+        own = {k: x for k, x in pod_labels(pod, PRO).items() if k != "pod"}
+        labels = ",".join(f'{k}="{x}"' for k, x in {**own, "namespace": pod, "accepted": str(accepted)}.items())
         return {"labels": f"{{{labels}}}", "value": value}
 
     # 1 - 0.924 = 0.076, 0.924 - 0.687 = 0.237, 0.687; 1 - 0.911 = 0.089, 0.911;

@@ -103,9 +103,19 @@ class Options:
     trend_window: str = c.ALERT_TREND_WINDOW  # AcceptanceDropped, AcceptanceSuspiciouslyHigh
     hourly_window: str = c.ALERT_HOURLY_WINDOW  # SpeculativeTokensWasted; the day's history (rate1d, NotDrafting)
     request_extremes_window: str = c.ALERT_REQUEST_EXTREMES_WINDOW  # a sidecar window / vLLM-direct range
+    # The long group's evaluation interval ("": a twentieth of the hourly window's range, at most
+    # LONG_INTERVAL_MAX: 3m for 1h). It records what no fast-judging alert reads (docs/scale.md).
+    long_interval: str = ""
 
     def range(self, window: str) -> str:
         return self.ranges.get(window, window)
+
+    def long_group_interval(self) -> str:
+        if self.long_interval:
+            return self.long_interval
+        ms = min(c.parse_duration(self.range(self.hourly_window)) * 1000 / 20,
+                 c.parse_duration(LONG_INTERVAL_MAX) * 1000)
+        return _duration(max(int(ms), 1000))
 
 
 def default_options(**changes: Any) -> Options:
@@ -118,6 +128,18 @@ def default_options(**changes: Any) -> Options:
 
 def _minus(a: str, b: str) -> str:
     return f"{int(c.parse_duration(a) - c.parse_duration(b))}s"
+
+
+# The long group's interval at most: its series are read instantly (alerts, panels), and an
+# instant read looks back 5m at most, so a sample must come more often than that.
+LONG_INTERVAL_MAX = "3m"
+
+
+def _duration(ms: int) -> str:
+    """A Prometheus duration for ``ms`` milliseconds: 3m, 90s, 1500ms."""
+    if ms % 60000 == 0:
+        return f"{ms // 60000}m"
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
@@ -133,6 +155,7 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
 
 
 ENGINE = "namespace_pod_model_name_engine"
+SERVER = "namespace_pod_model_name"
 DAY = "1d"  # the day-long series' suffix: the mean of o.hourly_window rates over o.day_range
 
 
@@ -165,22 +188,40 @@ def baseline_expr(src: Source, o: Options, by_labels: Iterable[str]) -> str:
     return f"\n  or on({by(by_labels)}) ".join(clauses)
 
 
-def recording_rules(src: Source, o: Options) -> list[Rule]:
-    rules: list[Rule] = []
+def base_window(o: Options) -> str:
+    """The shortest recorded window: the only one that reads the raw counters."""
+    return min(o.windows, key=lambda w: c.parse_duration(o.range(w)))
 
-    def record(record: str, expr: str) -> None:
-        rules.append({"record": record, "expr": expr})
+
+def long_windows(o: Options) -> tuple[str, ...]:
+    """The windows recorded in the long group (at Options.long_group_interval): as long as the
+    hourly window or longer, and not the detection or trend window, which alerts judge every
+    evaluation."""
+    hourly = c.parse_duration(o.range(o.hourly_window))
+    return tuple(w for w in o.windows if w not in (base_window(o), o.detection_window, o.trend_window)
+                 and c.parse_duration(o.range(w)) >= hourly)
+
+
+def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
+    """(the evaluation-interval group, the long group). Fleet scale (docs/scale.md): only the
+    shortest window reads the raw counters; a longer window w is the mean of the shortest
+    window's recorded rates over w minus that window (so it spans w), taken per server (and
+    position) after the engines are summed, and per engine nothing but the shortest window is
+    kept. The hourly window, the day-long series and the day's range of k are recorded in the
+    long group, so the `[1d]` reads see a sample every few minutes, not every evaluation."""
+    fast: list[Rule] = []
+    slow: list[Rule] = []
+
+    def record(to: list[Rule], record: str, expr: str) -> None:
+        to.append({"record": record, "expr": expr})
 
     sel = _sel(o)
     counters = {"drafts": src.drafts, "draft_tokens": src.draft_tokens, "accepted_tokens": src.accepted,
                 "generation_tokens": src.generation}
     lv = levels(src, o)
-    # Fleet scale (docs/scale.md): only the shortest window reads the raw counters. A longer
-    # window w is the mean of the shortest window's recorded rates over w minus that window
-    # (so it spans w), taken per server (and position), after the engines are summed; per
-    # engine, only its mean acceptance length (the overview's engine panel) is kept.
-    base = min(o.windows, key=lambda w: c.parse_duration(o.range(w)))
+    base, long = base_window(o), long_windows(o)
     for w in o.windows:
+        to = slow if w in long else fast
         rng = o.range(w)
         span = _minus(rng, o.range(base)) if w != base else ""
         if span and c.parse_duration(span) <= 0:
@@ -188,60 +229,43 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
         finer: str | None = None  # the level just recorded, which the next one sums
         for level, labels in lv:
             if span and level == ENGINE:
-                mean = {m: f"avg_over_time({name(ENGINE, m, f'rate{base}')}[{span}])" for m in ("accepted_tokens", "drafts")}
-                record(name(level, "mean_acceptance_length", f"ratio_rate{w}"),
-                       f"1 + {mean['accepted_tokens']} / ({mean['drafts']} > 0)")
-                finer = level
-                continue
-            from_base = span and finer == ENGINE  # the first level above the engines: the base's mean
+                continue  # per engine: the shortest window only (the engine panel averages it)
+            from_base = span and finer is None  # the first level of a longer window: the base's mean
             for metric, counter in counters.items():
                 if from_base:
-                    record(name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
+                    record(to, name(level, metric, f"rate{w}"),
+                           f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
                     continue
                 source = f"rate({counter}{sel}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
-                record(name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
+                record(to, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
             if level != ENGINE:
                 # Positions are not kept per engine: the first level below reads the counters.
                 pos = name(level, "position_accepted_tokens", f"rate{w}")
                 if from_base:
-                    record(pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
+                    record(to, pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
                 else:
                     source = (f"rate({src.per_pos}{sel}[{rng}])" if finer is None or finer == ENGINE
                               else name(finer, "position_accepted_tokens", f"rate{w}"))
-                    record(pos, f"sum by ({by(labels)}, position) ({source})")
+                    record(to, pos, f"sum by ({by(labels)}, position) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
             # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
-            record(name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
-            record(name(level, "acceptance_ratio", f"ratio_rate{w}"),
+            record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
+            record(to, name(level, "acceptance_ratio", f"ratio_rate{w}"),
                    f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)")
             if level != ENGINE:
                 pos = name(level, "position_accepted_tokens", f"rate{w}")
-                record(name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
+                record(to, name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
                        f"{pos} / ignoring(position) group_left() ({drafts} > 0)")
-                record(name(level, "effective_draft_length", f"ratio_rate{w}"),
+                record(to, name(level, "effective_draft_length", f"ratio_rate{w}"),
                        f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)")
-                record(name(level, "draft_token_share", f"ratio_rate{w}"),
+                record(to, name(level, "draft_token_share", f"ratio_rate{w}"),
                        f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)")
-                # per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts: relabel i-1 as i
-                # so the two sides match, one clause per position (one rule, so the
-                # record name is not duplicated).
-                clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
-                clauses += [f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, '
-                            f'"position", "{i}", "position", ".*")' for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
-                record(name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"),
-                       "\n  or ".join(clauses))
-                # The acceptance-count distribution: drafts that accepted exactly j tokens, as a share,
-                # = survival[j-1] - survival[j] (survival[-1] = 1, survival[k] = 0: a missing position
-                # counts as 0). The position label goes, `accepted` = j comes.
-                surv = name(level, "position_acceptance_ratio", f"ratio_rate{w}")
-                clauses = [f'1 - {surv}{{position="0"}}']
-                clauses += [f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
-                            f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
-                            for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)]
-                clauses = [f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")'
-                           for j, x in enumerate(clauses)]
-                record(name(level, "acceptance_count_ratio", f"ratio_rate{w}"), "\n  or ".join(clauses))
+            if level not in (ENGINE, SERVER):
+                # Only where the dashboards read them (a clause per position each): not per server.
+                record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"),
+                       _conditional(level, w))
+                record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
             finer = level
 
     # k, the baseline, and the day-long history the drop alert compares against (alert level only).
@@ -250,15 +274,42 @@ def recording_rules(src: Source, o: Options) -> list[Rule]:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
         k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)")
-    record(name(level, "num_speculative_tokens", "max"), k_expr)
-    record(name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
+    k = name(level, "num_speculative_tokens", "max")
+    record(fast, k, k_expr)
+    record(fast, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
     for metric in ("drafts", "accepted_tokens"):
         # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
-        record(name(level, metric, f"rate{DAY}"),
+        record(slow, name(level, metric, f"rate{DAY}"),
                f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])")
-    record(name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
+    record(slow, name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
            f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)")
-    return rules
+    for fn in ("max", "min"):  # the drop alert compares like with like: k constant over the day
+        record(slow, name(level, "num_speculative_tokens", f"{fn}_over_time{DAY}"), f"{fn}_over_time({k}[{o.day_range}])")
+    return fast, slow
+
+
+def _conditional(level: str, w: str) -> str:
+    """per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts: relabel i-1 as i so the two sides
+    match, one clause per position (one rule, so the record name is not duplicated)."""
+    pos, drafts = name(level, "position_accepted_tokens", f"rate{w}"), name(level, "drafts", f"rate{w}")
+    clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
+    clauses += [f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, '
+                f'"position", "{i}", "position", ".*")' for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
+    return "\n  or ".join(clauses)
+
+
+def _count_distribution(level: str, w: str) -> str:
+    """The acceptance-count distribution: drafts that accepted exactly j tokens, as a share,
+    = survival[j-1] - survival[j] (survival[-1] = 1, survival[k] = 0: a missing position counts
+    as 0). The position label goes, `accepted` = j comes."""
+    surv = name(level, "position_acceptance_ratio", f"ratio_rate{w}")
+    clauses = [f'1 - {surv}{{position="0"}}']
+    clauses += [f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
+                f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
+                for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)]
+    clauses = [f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")'
+               for j, x in enumerate(clauses)]
+    return "\n  or ".join(clauses)
 
 
 # --- The alert registry: ONE record per alert. Its name, severity, `for`, the thresholds it reads
@@ -393,7 +444,8 @@ def _dropped(x: X) -> tuple[str, str]:
     # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
     return (f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
             f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
-            f"and {x.on} (max_over_time({x.k}[{o.day_range}]) == {x.on} min_over_time({x.k}[{o.day_range}]))",
+            f"and {x.on} ({name(L, 'num_speculative_tokens', f'max_over_time{DAY}')} "
+            f"== {x.on} {name(L, 'num_speculative_tokens', f'min_over_time{DAY}')})",
             f"The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf \"%.3f\" }}}} "
             f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
             f"same k.")
@@ -624,11 +676,14 @@ def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
     """One variant's rules; raises DanglingReference when a rule reads a recorded series no rule records."""
     o = o or default_options()
     src = VARIANTS[variant]
-    recording, alerting = recording_rules(src, o), alert_rules(src, o)
-    check_references(f"{variant} rules", recorded(recording), {
-        (r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*recording, *alerting)}, o)
+    (fast, slow), alerting = recording_rules(src, o), alert_rules(src, o)
+    check_references(f"{variant} rules", recorded((*fast, *slow)), {
+        (r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)}, o)
+    # In this order: promtool's unit tests evaluate every group at every step in file order (a
+    # group's interval is ignored there), so the alerts see this step's recorded series.
     return {"groups": [
-        {"name": f"vllm-specdec-recording-{variant}", "rules": recording},
+        {"name": f"vllm-specdec-recording-{variant}", "rules": fast},
+        {"name": f"vllm-specdec-recording-long-{variant}", "interval": o.long_group_interval(), "rules": slow},
         {"name": f"vllm-specdec-alerts-{variant}", "rules": alerting},
     ]}
 
