@@ -285,6 +285,23 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
            f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)")
     for fn in ("max", "min"):  # the drop alert compares like with like: k constant over the day
         record(slow, name(level, "num_speculative_tokens", f"{fn}_over_time{DAY}"), f"{fn}_over_time({k}[{o.day_range}])")
+    # What the day held, for the alerts that ask whether a server was ever drafting (NotDrafting)
+    # or its first position ever healthy (FirstPositionAcceptanceLow): the best hour of the day.
+    hw = o.hourly_window
+    record(slow, name(level, "drafts", f"max_over_time{DAY}"),
+           f"max_over_time({name(level, 'drafts', f'rate{hw}')}[{o.day_range}])")
+    record(slow, name(level, "position_acceptance_ratio", f"max_over_time{DAY}"),  # position 0 only
+           f'max_over_time({name(level, "position_acceptance_ratio", f"ratio_rate{hw}")}{{position="0"}}[{o.day_range}])')
+    if src is DIRECT:
+        # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
+        w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
+        for metric, suffix, edge in (("requests_finished", "_count", ""),
+                                     ("requests_acceptance_le_low", "_bucket", f"{c.REQUEST_ACCEPTANCE_LOW:g}"),
+                                     ("requests_acceptance_le_high", "_bucket", f"{c.REQUEST_ACCEPTANCE_HIGH:g}")):
+            bsel = _sel(o, f'le="{edge}"') if edge else sel
+            # Both names vLLM may use (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES); the first wins when both are there.
+            either = " or ".join(f"rate({n}{suffix}{bsel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
+            record(slow, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({either})")
     return fast, slow
 
 
@@ -412,14 +429,13 @@ def _position0_low(x: X) -> tuple[str, str]:
     # A low position 0 warns only against a matched profile or after a fall: position 0 at or
     # above the floor over some hour of the last day. A steady weak drafter with no profile
     # and nothing better seen (vLLM's Qwen3-VL EAGLE3 reference: 0.29) is not a fall (issue 21).
-    L, hw, o = c.ALERT_LEVEL, x.o.hourly_window, x.o
+    L, o = c.ALERT_LEVEL, x.o
     baseline = name(L, "baseline_mean_acceptance_length", "max")
-    pos1h = name(L, "position_acceptance_ratio", f"ratio_rate{hw}")
+    best = name(L, "position_acceptance_ratio", f"max_over_time{DAY}")  # position 0's best hour of the day
     floor = x.t["position0_floor"]
     return (f'max without(position) ({x.pos5}{{position="0"}}) < {floor}\n'
             f'and {x.on} {x.d5} > {x.floor}\n'
-            f'and {x.on} (\n  {baseline}\n  or max without(position) '
-            f'(max_over_time({pos1h}{{position="0"}}[{o.day_range}])) >= {floor}\n)',
+            f'and {x.on} (\n  {baseline}\n  or max without(position) ({best}) >= {floor}\n)',
             f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
             f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
             f"{floor} or more within {o.day_range}. Either a broken draft path (draft sampling, missing draft "
@@ -455,7 +471,7 @@ def _not_drafting(x: X) -> tuple[str, str]:
     L = c.ALERT_LEVEL
     g5 = name(L, "generation_tokens", f"rate{x.w}")
     return (f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
-            f"and {x.on} max_over_time({name(L, 'drafts', f'rate{x.o.hourly_window}')}[{x.o.day_range}]) > {x.floor}",
+            f"and {x.on} {name(L, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
             f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
             f"drafting within the last day: speculative decoding is off or silently disabled.")
 
@@ -539,16 +555,12 @@ def _request_extremes(x: X) -> tuple[str, str]:
         below, above = (f"max by ({lb}) ({m.name(f'request_acceptance_{side}_ratio')}{sel})" for side in ("below", "above"))
         finished = f"max by ({lb}) ({m.name('window_requests')}{sel})"
     else:
-        rng = x.o.range(w)
-
-        def either(suffix: str, sel: str) -> str:
-            # Both names vLLM may use (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES); the first wins when both are there.
-            return " or ".join(f"increase({n}{suffix}{sel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
-        finished = f"sum by ({lb}) ({either('_count', _sel(x.o))})"
-
-        def le(edge: str) -> str:
-            return f"sum by ({lb}) ({either('_bucket', _sel(x.o, f'le={chr(34)}{edge}{chr(34)}'))})"
-        below, above = f"{le(low)} / on({lb}) {finished}", f"1 - {le(high)} / on({lb}) {finished}"
+        # Recorded in the long group (recording_rules): the rates over the window, per server.
+        L = c.ALERT_LEVEL
+        count, le_low, le_high = (name(L, n, f"rate{w}") for n in ("requests_finished", "requests_acceptance_le_low",
+                                                                   "requests_acceptance_le_high"))
+        finished = f"{count} * {c.parse_duration(x.o.range(w)):g}"
+        below, above = f"{le_low} / on({lb}) {count}", f"1 - {le_high} / on({lb}) {count}"
     return (f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
             f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {x.where} had a draft "
             f"acceptance at or below {low} or above {high} (vLLM's per-request histogram). Very low goes with garbled output, "
