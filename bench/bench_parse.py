@@ -2,11 +2,21 @@
 
 Prints one `name: value` line per figure. Ratios, not absolute times, are the
 targets, because these machines are shared and noisy: every contender is timed
-in the same process, interleaved, taking the median of many rounds.
+in the same process, interleaved, taking the median of many rounds, on the thread's
+CPU time (time.thread_time), so time spent waiting for a busy core counts for none.
+
+What is measured is what the exporter does with each payload it reads: the
+parse, the adapter, the derived figures and the verdict (summary.summarize, as
+`report` and /api/v1/summary; the sidecar's poll derives per window instead).
+Like real consecutive polls, the payloads timed one after the other differ in
+their values (counters advance, so every value is read again), while the
+families, label sets and layout stay: nothing may be reused from one payload to
+the next but what a real server keeps between polls.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import time
@@ -25,13 +35,30 @@ def ours(data: bytes) -> dict:
     return summarize(extract(data).engines)
 
 
-def timed(fn, data, rounds: int) -> float:
+def timed(fn, payloads: list[bytes], rounds: int) -> float:
+    """Median seconds of fn over ``rounds`` calls, each on the next payload (a poll after another),
+    freshly copied as a poll's body is freshly read (so in the cache as much as it would be)."""
     samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+    clock = time.thread_time
+    for i in range(rounds):
+        data = bytes(memoryview(payloads[i % len(payloads)]))
+        start = clock()
         fn(data)
-        samples.append(time.perf_counter() - start)
+        samples.append(clock() - start)
     return statistics.median(samples)
+
+
+_VALUE = re.compile(rb"^([a-zA-Z_:][^\n]* )([0-9][0-9.e+\-]*)$", re.MULTILINE)
+
+
+def polls(data: bytes, count: int) -> list[bytes]:
+    """``count`` successive polls of the payload: every sample's value grown by the same
+    factor per poll (so counters keep their invariants), written anew (their lengths change,
+    so the families move in the payload as on a real server)."""
+    def advance(i: int) -> bytes:
+        factor = 1 + i * 1e-4
+        return _VALUE.sub(lambda m: m.group(1) + repr(float(m.group(2)) * factor).encode(), data)
+    return [advance(i) for i in range(count)]
 
 
 def line_pass(data: bytes) -> int:
@@ -62,53 +89,63 @@ def synthetic_payload(engines: int, k: int, filler_lines_per_engine: int = 400) 
     return ("\n".join(out) + "\n").encode()
 
 
-# Issue 22's targets for the DP=8 dump; make test checks floors well below them
-# (tests/test_parse_speed.py) so that noise never fails it but a regression does.
+# Issue 22's targets (the cost also for the 64-engine k=8 payload); make test checks floors
+# well below them (tests/test_parse_speed.py) so that noise never fails it but a regression does.
 TARGET_SPEEDUP, TARGET_COST = 75.0, 6.0
+POLLS = 8  # distinct successive payloads cycled through
 
 
-def ratios(rounds: int = 400) -> tuple[float, float]:
-    """(speedup vs prometheus_client, cost vs a bare line count) on the DP=8 dump, each pair
-    timed side by side, interleaved in rounds of 20 so a burst of load hits both."""
-    data = DP8.read_bytes()
+def ratios(rounds: int = 400, payloads: list[bytes] | None = None) -> tuple[float, float]:
+    """(speedup vs prometheus_client, cost vs a bare line count) on the DP=8 dump's polls,
+    each pair timed side by side, interleaved in rounds of 20 so a burst of load hits both."""
+    payloads = payloads or polls(DP8.read_bytes(), POLLS)
     mine, base, ref = [], [], []
-    for _ in range(max(rounds // 20, 1)):
-        base.append(timed(line_pass, data, 20))
-        mine.append(timed(ours, data, 20))
-        ref.append(timed(prometheus_client_parse, data, 1))
+    for r in range(max(rounds // 20, 1)):
+        base.append(timed(line_pass, payloads, 20))
+        mine.append(timed(ours, payloads, 20))
+        ref.append(timed(prometheus_client_parse, payloads[r % len(payloads):], 1))
     m = statistics.median(mine)
     return statistics.median(ref) / m, m / statistics.median(base)
 
 
+def cost(payloads: list[bytes], rounds: int = 10) -> tuple[float, float]:
+    """(parse + derive seconds, its cost vs a bare line count), interleaved as ratios()."""
+    mine, base = [], []
+    for _ in range(rounds):
+        base.append(timed(line_pass, payloads, 10))
+        mine.append(timed(ours, payloads, 10))
+    m = statistics.median(mine)
+    return m, m / statistics.median(base)
+
+
 def main() -> int:
     data = DP8.read_bytes()
-    assert ours(data)["models"], "the benchmark payload must hold spec-decode families"
-    base = timed(line_pass, data, 400)
-    mine = timed(ours, data, 400)
-    ref = timed(prometheus_client_parse, data, 15)
+    payloads = polls(data, POLLS)
+    assert all(ours(p)["models"] for p in payloads), "the benchmark payloads must hold spec-decode families"
+    base = timed(line_pass, payloads, 400)
+    mine = timed(ours, payloads, 400)
+    ref = timed(prometheus_client_parse, payloads, 15)
     print(f"payload_bytes: {len(data)}")
     print(f"payload_lines: {line_pass(data)}")
     print(f"line_pass_seconds: {base:.6f}")
     print(f"parse_derive_seconds: {mine:.6f}")
     print(f"prometheus_client_parse_seconds: {ref:.6f}")
-    speedup = ref / mine
-    cost = mine / base
-    print(f"parse_speedup_vs_prometheus_client: {speedup:.1f}")
-    print(f"parse_cost_vs_line_count: {cost:.2f}")
+    print(f"parse_speedup_vs_prometheus_client: {ref / mine:.1f}")
+    print(f"parse_cost_vs_line_count: {mine / base:.2f}")
 
-    big = synthetic_payload(64, 8)
-    assert ours(big)["models"]["deepseek-ai/DeepSeek-V4-Pro"]["all"]["k"] == 8
-    big_base = timed(line_pass, big, 100)
-    big_mine = timed(ours, big, 100)
-    print(f"e64_k8_payload_bytes: {len(big)}")
+    big = polls(synthetic_payload(64, 8), 4)
+    assert all(ours(p)["models"]["deepseek-ai/DeepSeek-V4-Pro"]["all"]["k"] == 8 for p in big)
+    big_mine, big_cost = cost(big)
+    print(f"e64_k8_payload_bytes: {len(big[0])}")
     print(f"e64_k8_parse_derive_seconds: {big_mine:.6f}")
-    print(f"e64_k8_parse_cost_vs_line_count: {big_mine / big_base:.2f}")
+    print(f"e64_k8_parse_cost_vs_line_count: {big_cost:.2f}")
 
-    speedup, cost = ratios()
+    speedup, dp8_cost = ratios(payloads=payloads)
     print(f"interleaved_speedup_vs_prometheus_client: {speedup:.1f}")
-    print(f"interleaved_cost_vs_line_count: {cost:.2f}")
-    ok = speedup >= TARGET_SPEEDUP and cost <= TARGET_COST
-    print(f"targets_met: {int(ok)}  (speedup >= {TARGET_SPEEDUP:g}, cost vs line pass <= {TARGET_COST:g})")
+    print(f"interleaved_cost_vs_line_count: {dp8_cost:.2f}")
+    ok = speedup >= TARGET_SPEEDUP and dp8_cost <= TARGET_COST and big_cost <= TARGET_COST
+    print(f"targets_met: {int(ok)}  (speedup >= {TARGET_SPEEDUP:g}, cost vs line pass <= {TARGET_COST:g} "
+          "on the DP=8 dump and the 64-engine k=8 payload)")
     return 0 if ok else 1
 
 
