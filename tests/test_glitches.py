@@ -271,7 +271,7 @@ def test_one_bad_position_series_is_dropped_with_a_warning_not_the_target(positi
 
 
 def test_an_exception_anywhere_in_a_poll_is_counted_logged_once_and_the_next_poll_works(monkeypatch, capsys):
-    from vllm_specdec_exporter import service
+    from vllm_specdec_exporter import poller as polling
 
     async def go():
         clock = FakeClock()
@@ -279,12 +279,12 @@ def test_an_exception_anywhere_in_a_poll_is_counted_logged_once_and_the_next_pol
         async with exporter(stand.handle, clock=clock) as (app, url, session, clock):
             poller = app[POLLERS][0]
             assert await poller.poll_once() == "success"
-            real = service.model_views
-            monkeypatch.setattr(service, "model_views", lambda *a: 1 / 0)
+            real = polling.model_views
+            monkeypatch.setattr(polling, "model_views", lambda *a: 1 / 0)
             assert await poll_for(app, clock, 10) == ["error", "error"]
             m = await scrape(session, url)
             assert one(m, f"{P}_up") == 0 and one(m, f"{P}_exporter_polls_total", result="error") == 2
-            monkeypatch.setattr(service, "model_views", real)
+            monkeypatch.setattr(polling, "model_views", real)
             assert await poll_for(app, clock, 5) == ["success"]
             assert one(await scrape(session, url), f"{P}_up") == 1
     asyncio.run(go())
@@ -451,7 +451,7 @@ def test_a_parsing_process_that_dies_fails_one_poll_not_the_poller():
     next one works with a fresh process."""
     import os
 
-    from vllm_specdec_exporter import service
+    from vllm_specdec_exporter import parse_pool
 
     big = payload(engine_lines(*live(1000.0))) + b"# padding\n" * 40_000  # over PARSE_IN_WORKER_BYTES
 
@@ -463,7 +463,7 @@ def test_a_parsing_process_that_dies_fails_one_poll_not_the_poller():
         async with exporter(handle, clock=clock) as (app, url, session, clock):
             poller = app[POLLERS][0]
             assert await poller.poll_once() == "success"  # the parsing process is up
-            for proc in service._pool()._processes.values():  # the worker dies (killed, out of memory)
+            for proc in parse_pool._pool(False)._processes.values():  # the worker dies (killed, out of memory)
                 os.kill(proc.pid, 9)
             assert await poller.poll_once() == "error"  # that poll only
             assert "parsing process died" in poller.view.last_error

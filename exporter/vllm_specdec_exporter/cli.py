@@ -182,7 +182,8 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .settings import ConfigError, load_settings
+    from .errors import ConfigError
+    from .settings import load_settings
 
     # The settings first: a wrong flag or key exits 2 before aiohttp loads (~0.4 s of CPU).
     try:
@@ -213,7 +214,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from aiohttp import web
 
-    from .settings import ConfigError, parse_listen_address
+    from .errors import ConfigError
+    from .settings import parse_listen_address
     from .simulate import Simulation, builtin_scenarios, create_simulator_app, load_scenario
 
     if args.list:
@@ -244,7 +246,7 @@ def _demo(args: argparse.Namespace) -> int:
     import asyncio
 
     from .demo import run_demo
-    from .settings import ConfigError
+    from .errors import ConfigError
 
     try:
         asyncio.run(run_demo(args.scenario, args.speed, args.duration, args.exporter_port, args.simulator_port))

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, config
 from .metrics import FAMILIES, Family
-from .service import POLL_DURATION_BUCKETS, TargetView
+from .views import POLL_DURATION_BUCKETS, TargetView
 from .settings import Settings
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from aiohttp import web
 from . import config, metrics
 from .parser import Sample, parse
 from .render import _safe, bar
-from .settings import ConfigError, Settings, build_settings
+from .errors import ConfigError
+from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
 from .summary import engine_order
 from .web import create_app, start_site

@@ -26,14 +26,16 @@ import ssl
 from asyncio.sslproto import SSLProtocol
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 
 import structlog
 from aiohttp import web
 
 from . import config
-from .webconfig import WebConfig
+
+if TYPE_CHECKING:  # a type only: the listening socket needs no YAML, bcrypt or config loading
+    from .webconfig import WebConfig
 
 log = structlog.get_logger("vllm_specdec_exporter")
 

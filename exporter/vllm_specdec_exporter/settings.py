@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from . import config
 from .adapters import PRODUCERS
+from .errors import ConfigError
 from .model import BaselineProfile
 from .sources import redact_url
 
@@ -51,12 +52,6 @@ LIMITS: dict[str, Limit] = {
 TARGET_KEYS = ("name", "url", "method", "bearer_token_file", "producer")
 PROFILE_KEYS = ("name", "model", "k", "method", "mean_acceptance_length")
 PROFILE_REQUIRED = ("name", "model", "k", "mean_acceptance_length")
-
-
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str):
-        super().__init__(f"config: {key}: {message}")
-        self.key = key
 
 
 @dataclass(frozen=True, slots=True)

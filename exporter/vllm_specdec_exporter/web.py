@@ -23,14 +23,15 @@ from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
+from .health import Verdict, describe, judge
 from .model import Counters, SeriesKey
+from .parse_pool import close_parse_pool
+from .poller import TargetPoller
 from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
-from .service import ModelView, ModelWindow, TargetPoller, TargetView, close_parse_pool
-
 from .settings import Settings
-from .health import Verdict, describe, judge
 from .summary import summarize
+from .views import ModelView, ModelWindow, TargetView
 from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 
 # Above the default 128: a burst of scrapes (many Prometheus replicas, a load
@@ -157,31 +158,30 @@ def fresh_views(app: web.Application) -> list[TargetView]:
 
 
 def summary_for(app: web.Application, window: str) -> dict[str, Any]:
-    """The report JSON schema over one window, across fresh targets."""
-    fresh = {v.name for v in fresh_views(app)}
-    pollers = [p for p in app[POLLERS] if p.target.name in fresh]
-    several = len(app[SETTINGS].targets) > 1
+    """The report JSON schema over one window, across fresh targets (what their views publish)."""
+    settings = app[SETTINGS]
+    views = fresh_views(app)
+    several = len(settings.targets) > 1
     engines: dict[SeriesKey, Counters] = {}
     spans = []
-    for p in pollers:
-        w = p.history.window(window)
-        if w is None:
+    for v in views:
+        if window not in v.window_spans:
             continue
-        spans.append(w.span_seconds)
-        served = {model for model, _ in p.view.raw}
-        for (model, engine), c in w.engines.items():
-            if model not in served:
-                continue  # a model that went away: its figures go with its counters (as on /metrics)
-            # Two targets can both have engine "0" (replicas): keep them apart.
-            engines[(model, f"{p.target.name}/{engine}" if several else engine)] = c
-    stale = [t.name for t in app[SETTINGS].targets if t.name not in fresh]
+        spans.append(v.window_spans[window])
+        # A model that went away has no view: its figures go with its counters (as on /metrics).
+        for mv in v.models:
+            mw = mv.windows.get(window)
+            for engine, c in (mw.counters if mw else {}).items():
+                # Two targets can both have engine "0" (replicas): keep them apart.
+                engines[(mv.model_name, f"{v.name}/{engine}" if several else engine)] = c
+    fresh = {v.name for v in views}
+    stale = [t.name for t in settings.targets if t.name not in fresh]
     warnings = [f"target {name}: no fresh data; left out" for name in stale]
     span = max(spans) if spans else None
-    settings = app[SETTINGS]
 
     def verdict(model: str, per_engine: Mapping[str, Counters]) -> Verdict:
         # The health window of one target: the very verdict /metrics and the landing page show.
-        served = [mv for p in pollers for mv in p.view.models if mv.model_name == model]
+        served = [mv for v in views for mv in v.models if mv.model_name == model]
         if window == settings.health_window and len(served) == 1:
             mv = served[0]
             return Verdict(mv.health, mv.health_reason, mv.engine_health, mv.health_causes)

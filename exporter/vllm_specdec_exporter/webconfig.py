@@ -62,7 +62,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 
 from . import config
-from .settings import ConfigError
+from .errors import ConfigError
 
 log = structlog.get_logger("vllm_specdec_exporter")
 

@@ -1,159 +1,38 @@
-"""The sidecar's polling core: one poller per vLLM target, publishing immutable views.
+"""The sidecar's polling core: one poller per target, publishing immutable views.
 
-Each poll fetches /metrics, extracts the snapshot, folds it into the target's
-history and publishes a fresh frozen ``TargetView`` (an attribute swap, so the
-/metrics collector always reads a consistent state without locks). Clocks and the
-HTTP session are injected: tests drive ``poll_once`` with a fake clock.
+Each poll fetches /metrics, reads the payload (parse_pool), folds it into the
+target's history and publishes a fresh frozen ``views.TargetView`` (an attribute
+swap, so /metrics and the API always read a consistent state without locks). Clocks
+and the HTTP session are injected: tests drive ``poll_once`` with a fake clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import multiprocessing
 import random
 import time
-import traceback
-import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import aiohttp
 import structlog
 
 from . import config
-from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
-from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import Earlier, Hint, Verdict, judge, match_profile
-from .history import Observation, TargetHistory, admit
+from .derive import invariant_violations
+from .history import Observation, TargetHistory
 from .metrics import sample
-from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
-from .parser import NotPrometheusText, PayloadTooLarge
+from .model import Counters, SeriesKey, series_name
+from .parse_pool import Failure, Read, WorkerError, read
+from .parser import PayloadTooLarge
 from .settings import Settings, Target
 from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub
-from .summary import engine_order
+from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows, model_views
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
-POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POLL_RESULTS = ("success", "http_error", "timeout", "connect_error", "invalid_url", "too_large",
                 "not_prometheus", "no_spec_decode", "unsupported_producer", "error")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineFigures:
-    drafts: float
-    mean_acceptance_length: float | None
-    acceptance_rate: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ModelWindow:
-    span_seconds: float
-    stats: Stats  # summed over the model's engines
-    engines: Mapping[str, EngineFigures]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelView:
-    model_name: str
-    k: int
-    windows: Mapping[str, ModelWindow]
-    profile: BaselineProfile | None
-    health: str  # over settings.health_window
-    health_reason: str = ""  # why, in one line (names the engine when one is the cause)
-    engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
-    health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
-
-
-@dataclass(frozen=True, slots=True)
-class TargetView:
-    name: str
-    url: str  # redacted
-    up: bool = False
-    last_success_wall: float | None = None
-    last_success_mono: float | None = None
-    last_error: str | None = None
-    last_result: str | None = None
-    polls: Mapping[str, int] = field(default_factory=dict)
-    duration_buckets: tuple[int, ...] = (0,) * len(POLL_DURATION_BUCKETS)
-    duration_sum: float = 0.0
-    duration_count: int = 0
-    counter_resets: int = 0
-    invariant_violations: int = 0
-    last_poll_parse_errors: int = 0  # of the last successful poll (a gauge: not summed over polls)
-    last_poll_series_refused: int = 0
-    series_forgotten: int = 0  # held engines dropped to make room (max_series_per_target)
-    inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
-    warnings_suppressed: int = 0  # new upstream warnings not logged: WARNINGS_REMEMBERED were
-    poll_task_restarts: int = 0
-    raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
-    # Spec decode off: only vLLM's generation-token counters, so generating without
-    # drafting stays visible (and alertable) through the sidecar alone.
-    generation_only: Mapping[SeriesKey, float] = field(default_factory=dict)
-    models: tuple[ModelView, ...] = ()
-    producer: str | None = None  # adapters.PRODUCERS name of the last successful poll
-    approximate: tuple[str, ...] = ()  # figures that are estimates for that producer
-
-
-def model_views(history: TargetHistory, raw: Mapping[SeriesKey, Counters], settings: Settings,
-                method: str | None, changes: Mapping[str, Sequence[str]] | None = None,
-                position0_healthy: Collection[str] = ()) -> tuple[ModelView, ...]:
-    """Derived figures per model and window, summed over engines (sums before ratios)."""
-    k_by_model: dict[str, int] = {}
-    for (model, _), c in raw.items():
-        k_by_model[model] = max(k_by_model.get(model, 0), c.k)
-    per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
-    profiles = {m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method)
-                for m, k in k_by_model.items()}
-    judged: dict[str, Verdict] = {}
-    for label, _ in settings.windows:
-        window = history.window(label)
-        if window is None:
-            continue
-        grouped: dict[str, dict[str, Counters]] = {}
-        for (model, engine), c in window.engines.items():
-            grouped.setdefault(model, {})[engine] = c
-        for model, engines in grouped.items():
-            if model not in per_model:
-                continue  # a model no longer served: its figures go with its counters
-            span = window.span_seconds or None
-            engines_fig = {
-                e: EngineFigures(c.drafts, None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
-                                 ratio(c.accepted, c.draft_tokens))
-                for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
-            }
-            total = sum_counters(engines.values())
-            # The window's invariant violations ride along in Stats.warnings (health reads them).
-            checks = invariant_violations(total, series_name((model, "sum"))[:300])
-            per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig)
-            if label == settings.health_window:
-                # The verdict reads the raw counters of the window, not derived figures.
-                judged[model] = judge(engines, window.span_seconds, profiles[model], settings.detection,
-                                      settings.min_drafts, (changes or {}).get(model, ()),
-                                      _earlier(history, settings, model, model in position0_healthy))
-    views = []
-    for model in sorted(per_model):
-        verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
-        views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
-                               verdict.reason, verdict.engines, verdict.causes))
-    return tuple(views)
-
-
-def _earlier(history: TargetHistory, settings: Settings, model: str, position0_healthy: bool) -> Earlier:
-    """What came before the health window: the model over the longest window (when longer) and
-    whether its position 0 was healthy within the last day."""
-    label = settings.windows[-1][0]
-    window = history.window(label) if label != settings.health_window else None
-    total = None
-    if window is not None:
-        total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
-    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
-                   position0_healthy)
 
 
 class TargetPoller:
@@ -200,21 +79,11 @@ class TargetPoller:
         self._secrets = credentials(self.target.url, token)
         return {"Authorization": f"Bearer {token}"}
 
-    async def _read(self, body: bytes) -> _Read | _Failure:
-        args = (body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series)
-        # A 32 MiB payload takes seconds of Python: in a worker process, so /healthz and
-        # /metrics keep answering (a thread would share the GIL: 0.5 s stalls, measured).
-        read = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES \
-            else read_payload(*args)
-        if isinstance(read, _WorkerError):
-            raise read
-        return read
-
     async def poll_once(self) -> str:
         """One poll; returns the result word (also counted in polls_total). Never raises
         (but for cancellation): whatever goes wrong is counted as a result."""
         started = self.mono()
-        read: _Read | None = None  # set only on success
+        got: Read | Failure | None = None
         generation: Mapping[SeriesKey, float] = {}  # spec decode off: vLLM's generation counters only
         error: str | None = None
         try:
@@ -222,30 +91,26 @@ class TargetPoller:
                 self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
-            got = await self._read(body)
-            if isinstance(got, _Failure):
+            # A big payload is read in a parsing process, so /healthz and /metrics keep answering.
+            got = await read(body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(),
+                             self.max_series)
+            if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation
             else:
-                result, read = "success", got
-        except PayloadTooLarge as e:
+                result = "success"
+        except PayloadTooLarge as e:  # from the response's length, before the payload is read
             result, error = "too_large", str(e)
-        except NotPrometheusText as e:
-            result, error = "not_prometheus", str(e)
-        except UnsupportedProducer as e:  # recognised (e.g. vLLM V0) and refused: no figure would be right
-            result, error = "unsupported_producer", str(e)
-        except NoSpecDecodeFamilies as e:
-            result, error, generation = "no_spec_decode", str(e), e.generation
         except SourceError as e:
             result, error = e.kind, str(e)
-        except _WorkerError as e:  # a bug in the worker process: its traceback comes as text
+        except WorkerError as e:  # a bug in the worker process: its traceback comes as text
             result, error = "error", self._log_exception(e, e.details)
         except Exception as e:  # a bug must not kill the poller: count it, log it, go on
             result, error = "error", self._log_exception(e)
         duration = self.mono() - started
         error = scrub(error, self._secrets)  # a target may echo its credentials back
         try:
-            if read is not None:
-                await self._record_success(read, duration)
+            if isinstance(got, Read):
+                await self._record_success(got, duration)
             elif result == "no_spec_decode":
                 self._record_spec_decode_off(error, generation, duration)
             else:
@@ -325,16 +190,16 @@ class TargetPoller:
         self.view = replace(self._counted(result, duration), up=True, last_error=error, last_success_wall=self.wall(),
                             last_success_mono=self.mono(), raw={}, models=(), generation_only=dict(generation))
 
-    async def _record_success(self, read: _Read, duration: float) -> None:
+    async def _record_success(self, read: Read, duration: float) -> None:
         view = self.view
         # The history and views first: if they raise, nothing is counted twice.
         now = self.mono()
         observation = self.history.observe(now, read.kept, read.forget)
         # The views read the history (only this poller writes it, and it waits here): in a
         # thread, as at 4,096 engines they take ~0.4 s that /healthz would otherwise wait.
-        models = await asyncio.to_thread(model_views, self.history, _consistent(self.history, read.kept), self.settings,
-                                         self.target.method, self._recent_changes(now, observation, read.kept),
-                                         set(self._position0_healthy_at))
+        raw = _consistent(self.history, read.kept)
+        models, spans = await asyncio.to_thread(self._views, raw, self._recent_changes(now, observation, read.kept),
+                                                set(self._position0_healthy_at))
         self._remember_position0(now, models)
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
@@ -378,9 +243,16 @@ class TargetPoller:
             last_poll_parse_errors=snapshot.malformed_lines + snapshot.duplicate_series,
             last_poll_series_refused=read.refused,
             series_forgotten=view.series_forgotten + len(read.forget),
-            raw=_consistent(self.history, read.kept), generation_only={}, models=models,
+            raw=raw, generation_only={}, models=models, window_spans=spans,
             producer=snapshot.producer, approximate=snapshot.approximate,
         )
+
+    def _views(self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Sequence[str]],
+               position0_healthy: set[str]) -> tuple[tuple[ModelView, ...], dict[str, float]]:
+        """The model views and each window's span, from one reading of the history's windows."""
+        windows = history_windows(self.history, self.settings)
+        models = model_views(windows, raw, self.settings, self.target.method, changes, position0_healthy)
+        return models, {label: w.span_seconds for label, w in windows.items()}
 
     def _warn_once(self, message: str) -> None:
         # Upstream problems are logged when first seen, not on every poll. What is
@@ -424,112 +296,7 @@ class TargetPoller:
                 await asyncio.sleep(self.settings.poll_interval)
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    snapshot: Snapshot
-    kept: dict[SeriesKey, Counters]  # within the bounds
-    refused: int
-    forget: list[SeriesKey]
-
-
 def _consistent(history: TargetHistory, kept: Mapping[SeriesKey, Counters]) -> dict[SeriesKey, Counters]:
     """What is re-exported: each engine's last consistent values, so a glitch (a cut
     payload, a dip) never reaches Prometheus as a counter reset."""
     return {key: history.base(key) or c for key, c in kept.items()}
-
-
-class _WorkerError(Exception):
-    """An unexpected exception in the parsing process, with its traceback as text."""
-
-    def __init__(self, message: str, details: str):
-        super().__init__(message)
-        self.details = details
-
-    def __reduce__(self) -> tuple[type[_WorkerError], tuple[str, str]]:
-        return _WorkerError, (str(self), self.details)
-
-
-def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
-                 max_series: int) -> _Read | _Failure | _WorkerError:
-    """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
-    process for big payloads, so what it hands back is small (at most ``max_series``
-    engines, a few warnings) and the expected failures come back as values: exceptions
-    with their own constructors do not survive pickling."""
-    try:
-        snapshot = extract(body, max_bytes, producer)
-    except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
-        return _Failure(_RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e),
-                        dict(getattr(e, "generation", None) or {}))
-    except Exception as e:
-        return _WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
-    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
-    # What crosses back is small: warnings quote labels, so each is cut (twice the logged length: scrubbed then cut).
-    cut = 2 * config.MAX_WARNING_CHARS
-    small = replace(snapshot, engines={}, warnings=tuple(w[:cut] for w in snapshot.warnings[:200]))
-    return _Read(small, kept, refused, forget)
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    """An expected way for a payload to be unusable, as a value (see read_payload)."""
-
-    result: str
-    error: str
-    generation: dict[SeriesKey, float]
-
-
-# In this order: the first class a failure is an instance of names it.
-_RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
-            UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
-
-
-# The parsing processes, one per lane, each started on its lane's first payload: payloads
-# over PARSE_BIG_BYTES (True) and the others, so a real server's payload (~0.4 MB for
-# TP=8/DP=8) never waits behind a hostile 32 MiB one (seconds of parsing).
-_POOLS: dict[bool, ProcessPoolExecutor] = {}
-# One payload at a time per process, the others wait here (at most one per target: a
-# target's polls are sequential). Per event loop: an asyncio.Lock belongs to one.
-_LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[bool, asyncio.Lock]] = weakref.WeakKeyDictionary()
-
-
-def _pool(big: bool = False) -> ProcessPoolExecutor:
-    if big not in _POOLS:
-        # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
-        # threaded process can deadlock. A ProcessPoolExecutor (not multiprocessing.Pool)
-        # notices a worker that died and fails its future instead of waiting forever.
-        _POOLS[big] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    return _POOLS[big]
-
-
-def close_parse_pool(big: bool | None = None) -> None:
-    """Kill the parsing processes, or one lane's (at shutdown: a parse in progress must
-    not hold up SIGTERM)."""
-    for lane in list(_POOLS) if big is None else [big]:
-        pool = _POOLS.pop(lane, None)
-        if pool is None:
-            continue
-        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on them
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in processes:
-            with contextlib.suppress(Exception):
-                proc.kill()
-
-
-_T = TypeVar("_T")
-
-
-async def _in_worker(size: int, fn: Callable[..., _T], *args: object) -> _T:
-    """``fn(*args)`` in the parsing process of the lane for a ``size``-byte payload. The
-    timeout counts the parse alone, not the wait for the process; as a process parses one
-    payload at a time, one that dies or is killed fails that payload's poll only."""
-    big = size > config.PARSE_BIG_BYTES
-    lock = _LANES.setdefault(asyncio.get_running_loop(), {}).setdefault(big, asyncio.Lock())
-    async with lock:
-        try:
-            future = asyncio.get_running_loop().run_in_executor(_pool(big), fn, *args)
-            # A starved or stuck worker must not hold the poll forever.
-            return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
-        except (TimeoutError, BrokenProcessPool) as e:
-            close_parse_pool(big)  # the lane's next payload starts a fresh process
-            what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
-            raise _WorkerError(f"the parsing process {what}; it was replaced", "") from None

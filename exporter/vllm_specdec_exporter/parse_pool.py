@@ -1,0 +1,146 @@
+"""Reading a payload, and the processes that read the big ones.
+
+``read`` parses one payload and bounds it to what a target may hold. Over
+``config.PARSE_IN_WORKER_BYTES`` it does so in a parsing process (a 32 MiB payload
+takes seconds of Python; in a thread it would share the GIL: /healthz and /metrics
+stalled 0.5 s, measured), one per lane so a real server's payload never waits behind a
+hostile one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import traceback
+import weakref
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from . import config
+from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
+from .history import admit
+from .model import Counters, SeriesKey, Snapshot
+from .parser import NotPrometheusText, PayloadTooLarge
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A usable payload, bounded: its snapshot (without engines, warnings cut) and the engines kept."""
+
+    snapshot: Snapshot
+    kept: dict[SeriesKey, Counters]  # within the bounds
+    refused: int
+    forget: list[SeriesKey]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An expected way for a payload to be unusable, as a value (see read_payload)."""
+
+    result: str
+    error: str
+    generation: dict[SeriesKey, float]
+
+
+class WorkerError(Exception):
+    """An unexpected exception in the parsing process, with its traceback as text."""
+
+    def __init__(self, message: str, details: str):
+        super().__init__(message)
+        self.details = details
+
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[str, str]]:
+        return WorkerError, (str(self), self.details)
+
+
+async def read(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
+               max_series: int) -> Read | Failure:
+    """``read_payload``, in a parsing process for a big payload. Raises ``WorkerError`` on
+    an unexpected exception in the parse, or when the parsing process died or took too long."""
+    args = (body, max_bytes, producer, held, max_series)
+    got = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES \
+        else read_payload(*args)
+    if isinstance(got, WorkerError):
+        raise got
+    return got
+
+
+def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
+                 max_series: int) -> Read | Failure | WorkerError:
+    """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
+    process for big payloads, so what it hands back is small (at most ``max_series``
+    engines, a few warnings) and the expected failures come back as values: exceptions
+    with their own constructors do not survive pickling."""
+    try:
+        snapshot = extract(body, max_bytes, producer)
+    except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
+        return Failure(_RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e),
+                       dict(getattr(e, "generation", None) or {}))
+    except Exception as e:
+        return WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
+    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
+    # What crosses back is small: warnings quote labels, so each is cut (twice the logged length: scrubbed then cut).
+    cut = 2 * config.MAX_WARNING_CHARS
+    small = replace(snapshot, engines={}, warnings=tuple(w[:cut] for w in snapshot.warnings[:200]))
+    return Read(small, kept, refused, forget)
+
+
+# In this order: the first class a failure is an instance of names it.
+_RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
+            UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
+
+
+# The parsing processes, one per lane, each started on its lane's first payload: payloads
+# over PARSE_BIG_BYTES (True) and the others, so a real server's payload (~0.4 MB for
+# TP=8/DP=8) never waits behind a hostile 32 MiB one (seconds of parsing).
+_POOLS: dict[bool, ProcessPoolExecutor] = {}
+# One payload at a time per process, the others wait here (at most one per target: a
+# target's polls are sequential). Per event loop: an asyncio.Lock belongs to one.
+_LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[bool, asyncio.Lock]] = weakref.WeakKeyDictionary()
+
+
+def _pool(big: bool) -> ProcessPoolExecutor:
+    if big not in _POOLS:
+        # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
+        # threaded process can deadlock. A ProcessPoolExecutor (not multiprocessing.Pool)
+        # notices a worker that died and fails its future instead of waiting forever.
+        _POOLS[big] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return _POOLS[big]
+
+
+def close_parse_pool(big: bool | None = None) -> None:
+    """Kill the parsing processes, or one lane's (at shutdown: a parse in progress must
+    not hold up SIGTERM)."""
+    for lane in list(_POOLS) if big is None else [big]:
+        pool = _POOLS.pop(lane, None)
+        if pool is None:
+            continue
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.kill()
+
+
+_T = TypeVar("_T")
+
+
+async def _in_worker(size: int, fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` in the parsing process of the lane for a ``size``-byte payload. The
+    timeout counts the parse alone, not the wait for the process; as a process parses one
+    payload at a time, one that dies or is killed fails that payload's poll only."""
+    big = size > config.PARSE_BIG_BYTES
+    lock = _LANES.setdefault(asyncio.get_running_loop(), {}).setdefault(big, asyncio.Lock())
+    async with lock:
+        try:
+            future = asyncio.get_running_loop().run_in_executor(_pool(big), fn, *args)
+            # A starved or stuck worker must not hold the poll forever.
+            return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
+        except (TimeoutError, BrokenProcessPool) as e:
+            close_parse_pool(big)  # the lane's next payload starts a fresh process
+            what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
+            raise WorkerError(f"the parsing process {what}; it was replaced", "") from None

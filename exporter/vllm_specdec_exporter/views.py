@@ -1,0 +1,140 @@
+"""What a poller publishes: immutable views of one target, its models and their windows.
+
+A poll builds a fresh frozen ``TargetView`` and swaps it in (an attribute swap), so
+/metrics, the landing page and /api/v1/summary always read one consistent state
+without locks. ``model_views`` derives the per-model figures from a target's history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .derive import Stats, derive, invariant_violations, ratio, sum_counters
+from .health import Earlier, Hint, Verdict, judge, match_profile
+from .history import TargetHistory, WindowDelta
+from .model import BaselineProfile, Counters, SeriesKey, series_name
+from .settings import Settings
+from .summary import engine_order
+
+POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    drafts: float
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelWindow:
+    span_seconds: float
+    stats: Stats  # summed over the model's engines
+    engines: Mapping[str, EngineFigures]  # in engine order
+    # Each engine's counters over the window, in the history's order (what /api/v1/summary sums).
+    counters: Mapping[str, Counters] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    model_name: str
+    k: int
+    windows: Mapping[str, ModelWindow]
+    profile: BaselineProfile | None
+    health: str  # over settings.health_window
+    health_reason: str = ""  # why, in one line (names the engine when one is the cause)
+    engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
+    health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
+
+
+@dataclass(frozen=True, slots=True)
+class TargetView:
+    name: str
+    url: str  # redacted
+    up: bool = False
+    last_success_wall: float | None = None
+    last_success_mono: float | None = None
+    last_error: str | None = None
+    last_result: str | None = None
+    polls: Mapping[str, int] = field(default_factory=dict)
+    duration_buckets: tuple[int, ...] = (0,) * len(POLL_DURATION_BUCKETS)
+    duration_sum: float = 0.0
+    duration_count: int = 0
+    counter_resets: int = 0
+    invariant_violations: int = 0
+    last_poll_parse_errors: int = 0  # of the last successful poll (a gauge: not summed over polls)
+    last_poll_series_refused: int = 0
+    series_forgotten: int = 0  # held engines dropped to make room (max_series_per_target)
+    inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
+    warnings_suppressed: int = 0  # new upstream warnings not logged: WARNINGS_REMEMBERED were
+    poll_task_restarts: int = 0
+    raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
+    # Spec decode off: only vLLM's generation-token counters, so generating without
+    # drafting stays visible (and alertable) through the sidecar alone.
+    generation_only: Mapping[SeriesKey, float] = field(default_factory=dict)
+    models: tuple[ModelView, ...] = ()
+    # Window label -> the span of the target's history over it (every window once a poll was
+    # counted, whether or not a model still has engines in it).
+    window_spans: Mapping[str, float] = field(default_factory=dict)
+    producer: str | None = None  # adapters.PRODUCERS name of the last successful poll
+    approximate: tuple[str, ...] = ()  # figures that are estimates for that producer
+
+
+def history_windows(history: TargetHistory, settings: Settings) -> dict[str, WindowDelta]:
+    """The counters of every window of the history (none before the first poll is counted)."""
+    return {label: w for label, _ in settings.windows if (w := history.window(label)) is not None}
+
+
+def model_views(windows: Mapping[str, WindowDelta], raw: Mapping[SeriesKey, Counters], settings: Settings,
+                method: str | None, changes: Mapping[str, Sequence[str]] | None = None,
+                position0_healthy: Collection[str] = ()) -> tuple[ModelView, ...]:
+    """Derived figures per model and window (``history_windows``), summed over
+    engines (sums before ratios)."""
+    k_by_model: dict[str, int] = {}
+    for (model, _), c in raw.items():
+        k_by_model[model] = max(k_by_model.get(model, 0), c.k)
+    per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
+    profiles = {m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method)
+                for m, k in k_by_model.items()}
+    judged: dict[str, Verdict] = {}
+    for label, window in windows.items():
+        grouped: dict[str, dict[str, Counters]] = {}
+        for (model, engine), c in window.engines.items():
+            grouped.setdefault(model, {})[engine] = c
+        for model, engines in grouped.items():
+            if model not in per_model:
+                continue  # a model no longer served: its figures go with its counters
+            span = window.span_seconds or None
+            engines_fig = {
+                e: EngineFigures(c.drafts, None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
+                                 ratio(c.accepted, c.draft_tokens))
+                for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
+            }
+            total = sum_counters(engines.values())
+            # The window's invariant violations ride along in Stats.warnings (health reads them).
+            checks = invariant_violations(total, series_name((model, "sum"))[:300])
+            per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, engines)
+            if label == settings.health_window:
+                # The verdict reads the raw counters of the window, not derived figures.
+                judged[model] = judge(engines, window.span_seconds, profiles[model], settings.detection,
+                                      settings.min_drafts, (changes or {}).get(model, ()),
+                                      _earlier(windows, settings, model, model in position0_healthy))
+    views = []
+    for model in sorted(per_model):
+        verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
+        views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
+                               verdict.reason, verdict.engines, verdict.causes))
+    return tuple(views)
+
+
+def _earlier(windows: Mapping[str, WindowDelta], settings: Settings, model: str, position0_healthy: bool) -> Earlier:
+    """What came before the health window: the model over the longest window (when longer) and
+    whether its position 0 was healthy within the last day."""
+    label = settings.windows[-1][0]
+    window = windows.get(label) if label != settings.health_window else None
+    total = None
+    if window is not None:
+        total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
+    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
+                   position0_healthy)
