@@ -18,17 +18,21 @@ the same names):
 - The long windows are full from the first evaluation: before the rules are loaded, the
   generator's own counters are backfilled for the last 65 minutes, and the recorded
   series that the rules read over a range or with `offset` (the day-long history) for
-  the last 24 h 30 m, both at 30 s steps, through Prometheus's remote-write receiver in
-  time order (so they land in the head block, as a day of real running leaves them).
+  the last 24 h 30 m, through Prometheus's remote-write receiver in time order (so they
+  land in the head block, as a day of real running leaves them), each at the interval
+  of the group that records it (30 s, or the long group's 3 m).
   Only the series a rule reads over a range are backfilled: the other sidecar gauges
   hold minutes of samples, so the RSS is a lower bound on the 3 h head of a real server.
 - Then the scrape config alone is loaded (/-/reload) and Prometheus's CPU measured over
-  two intervals, then the rules too, and Prometheus's own
-  prometheus_rule_group_last_duration_seconds is read every 2 s over 4 intervals after
-  the first scrape: fleet_rule_eval_seconds is the worst sum over our two groups. On a
+  two intervals, then the rules too: Prometheus's CPU over a whole number of the slowest
+  group's periods (at least 4 intervals; two long-group evaluations), and its own
+  prometheus_rule_group_last_duration_seconds read every 2 s meanwhile.
+  fleet_rule_eval_seconds is the worst sum over the groups evaluated every interval,
+  fleet_rule_eval_long_share the long group's worst duration over its own interval. On a
   machine shared with other work those wall-clock durations grow with the load average
   (printed beside them); rules_cpu_seconds_per_interval (Prometheus's CPU seconds per
-  interval with the rules minus without) does not.
+  interval with the rules minus without) does not. The costliest rules of the last
+  evaluation and each group's worst duration go to stderr.
 
     .venv/bin/python bench/bench_fleet.py [--engines 1000,10000] [--variants sidecar,vllm-direct]
 """
@@ -240,6 +244,17 @@ def read_over_range(text: str) -> tuple[set[str], dict[str, float]]:
     return raw, recorded
 
 
+def group_intervals(text: str) -> dict[str, float]:
+    """Each group's evaluation interval in seconds (its own `interval`, else the global one)."""
+    return {g["name"]: c.parse_duration(g.get("interval", f"{INTERVAL}s")) for g in yaml.safe_load(text)["groups"]}
+
+
+def recorded_every(text: str) -> dict[str, float]:
+    """Each recorded name and how often its group records it: the history is backfilled at that step."""
+    return {r["record"]: c.parse_duration(g.get("interval", f"{INTERVAL}s"))
+            for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "record" in r}
+
+
 def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: float, rule_text: str) -> Fleet:
     template = pod_template(variant, sidecar_text, vllm_text)
     raw_ranged, _ = read_over_range(rule_text)
@@ -422,7 +437,10 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
     """Write the history in time order, 10-minute slices; returns (samples, seconds)."""
     started = time.monotonic()
     raw = [(labels_bytes(s.name, {**s.labels, "job": "fleet"}), s.rate, s.value) for s in fleet.all() if s.backfill]
-    recorded = [(labels_bytes(n, lab), v, end - need - 600) for n, lab, v, need in recorded_history(fleet, o, rule_text)]
+    # A series of the long group has a sample every few minutes, as its group would have left.
+    every = recorded_every(rule_text)
+    recorded = [(labels_bytes(n, lab), v, end - need - 600, every[n])
+                for n, lab, v, need in recorded_history(fleet, o, rule_text)]
     first = min([r[2] for r in recorded] + [end - RAW_HISTORY]) // INTERVAL * INTERVAL
     raw_first = end - RAW_HISTORY
     samples = 0
@@ -433,8 +451,8 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
         ms = (ts * 1000).astype(np.int64)
         tv = ts_varints(ms)
         batch: list[bytes] = []
-        for lab, v, start in recorded:
-            keep = ts >= start
+        for lab, v, start, step in recorded:
+            keep = (ts >= start) & (ts % step == 0)
             if keep.any():
                 batch.append(lab + samples_bytes(np.full(int(keep.sum()), v), tv[keep]))
                 samples += int(keep.sum())
@@ -534,7 +552,13 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
             for i in range(len(fleet.per_target))],
             "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}]}]
-        groups = [g["name"] for g in yaml.safe_load(rule_text)["groups"]]
+        intervals = group_intervals(rule_text)
+        groups = list(intervals)
+        longest = max(intervals.values())
+        # At least TARGET_EVALUATIONS of the groups at the evaluation interval and two of a slower
+        # one; the CPU over a whole number of the slowest group's periods (each runs its share).
+        needed = {g: max(2, math.ceil(TARGET_EVALUATIONS * INTERVAL / iv)) for g, iv in intervals.items()}
+        cpu_window = max(TARGET_EVALUATIONS * INTERVAL, 2 * longest)
 
         def load(rule_files: list[str]) -> None:
             config.write_text(yaml.safe_dump({
@@ -556,11 +580,15 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
-        # Worst over TARGET_EVALUATIONS evaluations of every group after the first scrape.
+        # Worst over the evaluations of every group after the first scrape.
         worst, seen, sums, loads = 0.0, defaultdict(set), [], []
+        worst_group: dict[str, float] = defaultdict(float)
         cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-        deadline = time.monotonic() + INTERVAL * (TARGET_EVALUATIONS + 3)
+        cpu_share = None
+        deadline = time.monotonic() + cpu_window + 3 * longest
         while time.monotonic() < deadline:
+            if cpu_share is None and time.monotonic() - wall0 >= cpu_window:
+                cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
             pm = prom_metrics(base)
             durations, stamps = {}, {}
             for key, v in pm.items():
@@ -573,15 +601,20 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
                 for g in groups:
                     seen[g].add(stamps[g])
-                worst = max(worst, sum(durations.values()))
-                sums.append(sum(durations.values()))
+                    worst_group[g] = max(worst_group[g], durations[g])
+                # The groups at the evaluation interval run every interval: their durations add up.
+                at_interval = sum(v for g, v in durations.items() if intervals[g] == INTERVAL)
+                worst = max(worst, at_interval)
+                sums.append(at_interval)
                 loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
-                if all(len(seen[g]) >= TARGET_EVALUATIONS for g in groups):
+                if cpu_share is not None and all(len(seen[g]) >= needed[g] for g in groups):
                     break
             time.sleep(2)
         else:
-            raise SystemExit(f"bench_fleet: fewer than {TARGET_EVALUATIONS} evaluations of {groups} in time")
-        cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+            raise SystemExit(f"bench_fleet: fewer than {needed} evaluations of {groups} in time")
+        for g in groups:
+            print(f"#   group {g} (every {intervals[g]:.0f} s): worst {worst_group[g]:.3f} s over "
+                  f"{len(seen[g])} evaluations", file=sys.stderr)
         costly = sorted(((r["evaluationTime"], r["name"], g["name"]) for g in
                          json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"] for r in g["rules"]), reverse=True)
         raw_names = read_over_range(rule_text)[0] | {rules.VARIANTS[variant].per_pos}
@@ -602,8 +635,13 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # The history is there: the recorded series read over the longest range have samples that old.
         name, need = max(read_over_range(rule_text)[1].items(), key=lambda x: x[1])
         day_full = bool(query(base, f"count(count_over_time({name}[5m] offset {int(need)}s))"))
+        slow = [g for g in groups if intervals[g] != INTERVAL]
         return {"engines": fleet.engines, "series_scraped": sum(len(g) for g in fleet.per_target),
-                "rule_eval_seconds": worst, "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
+                "rule_eval_seconds": worst,
+                # The slower groups' worst duration and its share of their interval.
+                "rule_eval_seconds_long": sum(worst_group[g] for g in slow),
+                "rule_eval_long_share": max([worst_group[g] / intervals[g] for g in slow], default=0.0),
+                "rule_eval_seconds_per_interval": sum(worst_group[g] * INTERVAL / intervals[g] for g in groups), "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
                 "load_average": max(loads), "prometheus_cpu_cores": cpu_share,
                 "prometheus_cpu_cores_scrape_only": scrape_cpu,
                 "rules_cpu_seconds_per_interval": (cpu_share - scrape_cpu) * INTERVAL, "recorded_series": recorded,
@@ -638,7 +676,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = run(variant, engines // ENGINES_PER_POD, payloads, rule_text, tmp / f"{variant}-{engines}")
                 results[variant, engines] = r
                 tag = f"fleet_{variant.replace('-', '_')}_{engines}"
-                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "load_average", "prometheus_cpu_cores",
+                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "rule_eval_seconds_long",
+                            "rule_eval_long_share", "rule_eval_seconds_per_interval", "load_average", "prometheus_cpu_cores",
                             "prometheus_cpu_cores_scrape_only", "rules_cpu_seconds_per_interval", "recorded_series_per_engine", "rss_mb", "series_scraped",
                             "head_series", "iterations_missed", "history_full"):
                     value = r[key]
@@ -656,9 +695,17 @@ def main(argv: list[str] | None = None) -> int:
         for v in variants:
             growth = results[v, top]["rule_eval_seconds"] / max(results[v, low]["rule_eval_seconds"], 1e-9)
             print(f"fleet_{v.replace('-', '_')}_eval_growth_{low}_to_{top}: {growth:.1f}")
-    ok = worst <= INTERVAL / 10
+    long_share = max(results[v, top]["rule_eval_long_share"] for v in variants)
+    cpu = max(results[v, top]["rules_cpu_seconds_per_interval"] for v in variants)
+    print(f"fleet_rule_eval_long_share: {long_share:.3f}")
+    print(f"fleet_rules_cpu_seconds_per_interval: {cpu:.3f}")
+    # The target per group: the groups at the evaluation interval together within a tenth of it,
+    # a slower group within a tenth of its own. Wall-clock durations grow with the machine's load
+    # average; the CPU seconds Prometheus spends on the rules per interval do not.
+    ok = worst <= INTERVAL / 10 and long_share <= 0.1
     print(f"fleet_target_met: {int(ok)}  (rules evaluate in at most a tenth of their {INTERVAL} s interval "
-          f"at {top} engines)")
+          f"at {top} engines, wall-clock)")
+    print(f"fleet_target_met_cpu: {int(cpu <= INTERVAL / 10)}  (the rules' CPU seconds per {INTERVAL} s interval)")
     return 0 if ok else 1
 
 
