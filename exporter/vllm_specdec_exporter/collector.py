@@ -1,8 +1,7 @@
 """The /metrics collector: fresh families on every scrape from immutable target views.
 
-Registered on a private CollectorRegistry (no process or platform collectors, no
-module-level metric objects). Names are the public contract; they are built from
-``config.PREFIX`` here and nowhere else.
+Registered on a private CollectorRegistry (no module-level metric objects). Names are
+the public contract; every family's name, help and labels come from metrics.FAMILIES.
 """
 
 from __future__ import annotations
@@ -29,14 +28,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, config
 from .metrics import FAMILIES, Family
-from .views import POLL_DURATION_BUCKETS, TargetView
 from .settings import Settings
+from .views import POLL_DURATION_BUCKETS, TargetView
 
 if TYPE_CHECKING:
     from .webconfig import LiveWebConfig
-
-P = config.PREFIX
-T, M, E, W, POS = config.LABEL_TARGET, config.LABEL_MODEL, config.LABEL_ENGINE, config.LABEL_WINDOW, config.LABEL_POSITION
 
 
 # Every family from the one registry (metrics.py): its name, help and labels are written there only.
