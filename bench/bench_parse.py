@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.summary import summarize
@@ -52,12 +53,12 @@ _VALUE = re.compile(rb"^([a-zA-Z_:][^\n]* )([0-9][0-9.e+\-]*)$", re.MULTILINE)
 
 
 def polls(data: bytes, count: int) -> list[bytes]:
-    """``count`` successive polls of the payload: every sample's value grown by the same
-    factor per poll (so counters keep their invariants), written anew (their lengths change,
-    so the families move in the payload as on a real server)."""
+    """``count`` successive polls of the payload: poll i has every sample's value times i + 1
+    (whole numbers stay whole, so the counters keep their invariants exactly), written as
+    prometheus_client writes them: their lengths change, so the families move in the payload
+    as on a real server."""
     def advance(i: int) -> bytes:
-        factor = 1 + i * 1e-4
-        return _VALUE.sub(lambda m: m.group(1) + repr(float(m.group(2)) * factor).encode(), data)
+        return _VALUE.sub(lambda m: m.group(1) + floatToGoString(float(m.group(2)) * (i + 1)).encode(), data)
     return [advance(i) for i in range(count)]
 
 

@@ -440,7 +440,7 @@ def parse(
     # The stretches of lines that hold an anchor, then one regex pass over each that yields
     # only the wanted names' lines (exact name, then '{' or a blank), in payload order.
     anchors, lines, first_line = _finder(frozenset(wanted))
-    cache, samples = _SERIES, exp.samples
+    cache, samples, seen_add, new_sample = _SERIES, exp.samples, seen.add, tuple.__new__
     for run_start, run_end in _runs(data, anchors, limit):
         found: Iterable[re.Match[bytes]] = lines.finditer(data, run_start - 1, run_end)
         if run_start == 0:  # the payload's first line: no newline before it
@@ -448,18 +448,19 @@ def parse(
         for m in found:
             raw, value, timestamp = m.group(1, 2, 3)
             entry = None if raw is None else cache.get(raw) or _series(raw)
-            if entry is not None and entry[2] not in seen:
-                try:
-                    number = float(value)
-                    if timestamp is not None:
-                        float(timestamp)
-                except ValueError:
-                    pass
-                else:
-                    name, labels, key = entry
-                    seen.add(key)
-                    samples.setdefault(name, []).append(Sample(name, labels.copy(), number))
-                    continue
+            if entry is not None:
+                name, labels, key = entry
+                if key not in seen:
+                    try:
+                        number = float(value)
+                        if timestamp is not None:
+                            float(timestamp)
+                    except ValueError:
+                        pass
+                    else:
+                        seen_add(key)
+                        samples.setdefault(name, []).append(new_sample(Sample, (name, labels.copy(), number)))
+                        continue
             # Not canonical, a repeated series or a bad number: the careful path reads it and says why.
             start = m.start() + (data[m.start()] == 0x0A)
             _add_line(exp, seen, strings, data, start, _end_of(data, start, run_end))
