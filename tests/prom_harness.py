@@ -133,6 +133,10 @@ class Prom:
     def query_range(self, q: str, start: float, end: float, step: float) -> list[dict]:
         return self._get(f"/api/v1/query_range?query={urllib.parse.quote(q)}&start={start}&end={end}&step={step}")["result"]
 
+    def alerts(self) -> list[dict]:
+        """Prometheus's own alert list: labels, annotations and state of every pending or firing alert."""
+        return self._get("/api/v1/alerts")["alerts"]
+
     def value(self, q: str, at: float | None = None) -> float | None:
         result = self.query(q, at)
         return float(result[0]["value"][1]) if len(result) == 1 else None

@@ -1,13 +1,16 @@
-"""Build a tiny DeepSeek-V3 with one MTP layer, a healthy head and two broken ones, with no download.
+"""Build a tiny DeepSeek-V3 with one MTP layer, a healthy head and three broken ones, with no download.
 
 Usage (with the e2e venv's python): build_mtp_model.py MODELS_DIR
 Builds, unless already there, MODELS_DIR/mtp-<hash of this file and build_model.py>/
-(model_cache.mtp_model_dir) with three checkpoints that vLLM serves with
+(model_cache.mtp_model_dir) with four checkpoints that vLLM serves with
 ``{"method": "mtp"}`` (the draft is the target directory's own MTP layer):
 
   healthy/   the main model and an MTP layer trained against it for two chained steps (k=2)
   collapse/  the healthy head's tensors damaged until position 0 is ~4 % on the server (the seed: AL ~1.04)
   partial/   the healthy head's eh_proj damaged until position 0 is ~40-50 %, about half the healthy ~95 %
+  chain/     the healthy head with a broken chained step: position 0 as healthy, position 1 a few %
+             (fine-tuned so its second step repeats the first step's token, as an offset that never
+             advances would, then blended back towards the healthy head until position 1 is ~3 %)
 
 Only ``model.layers.2.*`` (the MTP layer) differs between them: the target's outputs
 are identical and only acceptance moves. ``figures.json`` holds the offline
@@ -47,6 +50,11 @@ CHAIN = 2  # the healthy head is trained for two chained steps: k=2
 # Position 0's acceptance of the damaged heads on the target's greedy text (what vLLM serves here):
 # the seed incident's 3.6 % (AL ~1.04), and about half of the healthy head's ~0.9.
 COLLAPSE_POSITION0, PARTIAL_POSITION0 = 0.015, 0.35
+# Position 1's acceptance (of all drafts) of the chain-breaking head: under the 5 % at which
+# SpeculativeTokensWasted fires, above 0 so that the chain shows in the counters (an exact 0
+# reads as a draft shorter than k). The server reads about twice the offline figure for the
+# damaged heads (collapse 0.015 -> 0.029, partial 0.35 -> 0.43).
+CHAIN_POSITION1, CHAIN_TUNE_STEPS = 0.02, 100
 
 
 def config(vocab: int, tok) -> DeepseekV3Config:
@@ -260,6 +268,49 @@ def tune(main, mtp, x, which: str, want: float, seed: int) -> tuple[MTPLayer, fl
     return head, round(hi, 3), acceptance(main, head, x, 2)
 
 
+def chain_broken(main, mtp: MTPLayer, ids: list[int], texts: torch.Tensor, rng: random.Random) -> MTPLayer:
+    """The healthy head fine-tuned for two chained steps whose second one learns the first
+    step's token again: position 0 stays healthy, position 1 is almost never accepted."""
+    out = MTPLayer(mtp.block.self_attn.config)
+    out.load_state_dict(mtp.state_dict())
+    opt = torch.optim.AdamW(out.parameters(), lr=1e-3)
+    length = SEQ + 3
+    data = batches(ids, rng, 8, length)
+    for _ in range(CHAIN_TUNE_STEPS):
+        rows = [rng.randrange(len(texts)) for _ in range(8)]
+        offs = [rng.randrange(texts.shape[1] - length + 1) for _ in rows]
+        x = torch.cat([next(data), torch.stack([texts[r, o:o + length] for r, o in zip(rows, offs, strict=True)])])
+        logits, wants = run_chain(main, out, x, 2)
+        loss = sum(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), wants[0].reshape(-1)) for lg in logits)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out.eval()
+    return out
+
+
+def blended(a: MTPLayer, b: MTPLayer, share: float) -> MTPLayer:
+    """(1 - share) x a + share x b, tensor by tensor."""
+    out = MTPLayer(a.block.self_attn.config)
+    sb = b.state_dict()
+    out.load_state_dict({k: (1 - share) * v + share * sb[k] for k, v in a.state_dict().items()})
+    out.eval()
+    return out
+
+
+def tune_chain(main, healthy: MTPLayer, broken: MTPLayer, x, want: float) -> tuple[MTPLayer, float, list[float]]:
+    """The blend of the healthy and the chain-broken head (by bisection) whose position 1 is ``want``."""
+    lo, hi = 0.0, 1.0
+    for _ in range(9):
+        mid = (lo + hi) / 2
+        if acceptance(main, blended(healthy, broken, mid), x, 2)[1] > want:
+            lo = mid
+        else:
+            hi = mid
+    head = blended(healthy, broken, hi)
+    return head, round(hi, 4), acceptance(main, head, x, 2)
+
+
 def save(out: Path, cfg, tok, tensors: dict[str, torch.Tensor]) -> None:
     out.mkdir(parents=True)
     tok.save_pretrained(out)
@@ -298,10 +349,14 @@ def main() -> int:
     figures = {"healthy": acceptance(main_model, mtp, held, 4)}
     collapse, c_scale, figures["collapse"] = tune(main_model, mtp, held, "all", COLLAPSE_POSITION0, SEED + 2)
     partial, p_scale, figures["partial"] = tune(main_model, mtp, held, "eh_proj", PARTIAL_POSITION0, SEED + 3)
-    figures |= {"collapse_noise_all_tensors_x_std": c_scale, "partial_noise_eh_proj_x_std": p_scale}
+    broken = chain_broken(main_model, mtp, ids, texts, random.Random(SEED + 4))
+    chain, share, figures["chain"] = tune_chain(main_model, mtp, broken, held, CHAIN_POSITION1)
+    figures |= {"collapse_noise_all_tensors_x_std": c_scale, "partial_noise_eh_proj_x_std": p_scale,
+                "chain_share_of_the_broken_step": share}
+    print(f"chain: {time.monotonic() - started:.1f} s", flush=True)
     print("offline acceptance per position:", json.dumps(figures), flush=True)
     shutil.rmtree(out / "tokenizer")
-    for name, head in (("healthy", mtp), ("collapse", collapse), ("partial", partial)):
+    for name, head in (("healthy", mtp), ("collapse", collapse), ("partial", partial), ("chain", chain)):
         save(out / name, cfg, tok, checkpoint(main_model, head, cfg))
     (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     (out / ".built").write_text(f"{time.monotonic() - started:.1f}\n")

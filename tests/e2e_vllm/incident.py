@@ -8,7 +8,8 @@ scrapes the sidecar, a second Prometheus with the vllm-direct rules scrapes the 
 send to Alertmanager with the shipped routing, which posts to the test's webhook.
 
 Phases, in order: healthy (k=2) -> collapse (k=2) -> healthy again -> partial (k=2) ->
-chain (the healthy head at k=4, beyond the two steps it was trained for). At most three vLLM servers are alive at once.
+beyond-k (the healthy head at k=4, beyond the two steps it was trained for) -> chain (k=2, a
+head whose chained step is broken). At most three vLLM servers are alive at once.
 
 Server flags and the three traps they avoid (measured on this machine kind, December 2026),
 in docs/e2e-vllm.md, "The MTP incident":
@@ -58,7 +59,7 @@ class Phase:
 
 
 PLAN = (("healthy", "healthy", 2), ("collapse", "collapse", 2), ("healthy-again", "healthy", 2),
-        ("partial", "partial", 2), ("chain", "healthy", 4))
+        ("partial", "partial", 2), ("beyond-k", "healthy", 4), ("chain", "chain", 2))
 ALIVE = 3  # vLLM servers at once (about 3 GB each; the machine is shared)
 
 
