@@ -18,12 +18,12 @@ from dataclasses import replace
 import aiohttp
 import structlog
 
-from . import config
+from . import config, parse_pool
 from .derive import invariant_violations
 from .history import Observation, TargetHistory
 from .metrics import sample
 from .model import Counters, SeriesKey, series_name
-from .parse_pool import Failure, Read, WorkerError, read
+from .parse_pool import Failure, Read, WorkerError
 from .parser import PayloadTooLarge
 from .settings import Settings, Target
 from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub
@@ -92,8 +92,8 @@ class TargetPoller:
                 timeout=self.settings.poll_timeout, headers=self._headers(),
             )
             # A big payload is read in a parsing process, so /healthz and /metrics keep answering.
-            got = await read(body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(),
-                             self.max_series)
+            got = await parse_pool.read(body, self.settings.max_payload_bytes, self.target.producer,
+                                        self.history.seen(), self.max_series)
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation
             else:
