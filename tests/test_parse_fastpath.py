@@ -104,3 +104,28 @@ def test_a_stray_hit_far_from_the_families_is_read():
     assert [s.value for s in exp.samples[NAMES[0]]] == [1.0]
     assert exp.duplicate_series == 1 and exp.issues[0].line == 10004
     assert math.isclose(parse(text).samples[NAMES[0]][0].value, 1.0)
+
+
+def reference_eof(data: bytes) -> int:
+    """The first line that is '# EOF' (blanks and CR after it allowed), walked line by line."""
+    start = 0
+    for line in data.split(b"\n"):
+        if line.startswith(b"# EOF") and line.strip() == b"# EOF":
+            return start
+        start += len(line) + 1
+    return -1
+
+
+eof_piece = st.sampled_from(["# EOF", "# EOF \r", "#", "# EOFX", "x # EOF", " # EOF", "#\n# EOF", "a", "",
+                             '1 # {a="b"} 2', "# HELP #", "\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(eof_piece, max_size=300), st.sampled_from(["\n", "", "\n\n"]))
+def test_eof_is_the_first_eof_line_however_many_hashes(pieces, sep):
+    """Past its budget of '#' the search goes on by '\\n# EOF': the same first line either way."""
+    data = sep.join(pieces).encode()
+    assert parser._find_eof(data) == reference_eof(data)
+    hashes = ("#\n" * 2000).encode()  # well past the budget
+    assert parser._find_eof(hashes + data) == (-1 if reference_eof(data) == -1 else len(hashes) + reference_eof(data))
+    assert parser._find_eof(data + b"\n" + hashes) == reference_eof(data + b"\n" + hashes)
