@@ -256,27 +256,28 @@ def _rfind(data: bytes, needle: bytes, lo: int, hi: int) -> int:
 
 def _find_eof(data: bytes) -> int:
     """Offset of the first line that is exactly '# EOF' (blanks and CR allowed after it), or -1.
-    Every candidate is looked at, from the end: first '#' by '#' (rfind of one byte is memrchr,
-    ~20x a multi-byte search, and a payload has a few comment lines per family), then, past a
-    budget of '#' (exemplars, '#' in label values), by a search for '\n# EOF' over the rest."""
-    first, hi = -1, len(data)
+    Every candidate is looked at, from the end: first by its 'O' (rfind of one byte is memrchr,
+    ~20x a multi-byte search, and an upper-case O is rare in an exposition: 3 in vLLM's DP=8
+    payload), then, past a budget of O's, by a search for '\n# EOF' over the rest."""
+    first, hi = -1, len(data)  # the candidates whose 'O' is below hi are still to be looked at
     budget = 64 + len(data) // 2048
-    while hi > 0:
-        if budget == 0:
-            needle = _rfind(data, b"\n# EOF", 0, hi)
-            pos = 0 if needle == -1 and data.startswith(b"# EOF") else needle + (needle != -1)
-            if pos == -1:
-                break
-        else:
+    while True:
+        if budget:
             budget -= 1
-            pos = data.rfind(b"#", 0, hi)
+            o = data.rfind(b"O", 0, hi)
+            if o == -1:
+                break
+            hi, pos = o, o - 3
+        else:
+            nl = _rfind(data, b"\n# EOF", 0, hi)
+            pos = nl + 1 if nl != -1 else 0 if hi > 3 and data.startswith(b"# EOF") else -1
             if pos == -1:
                 break
-        if (pos == 0 or data[pos - 1] == 0x0A) and data.startswith(b"# EOF", pos):
+            hi = pos + 3
+        if pos >= 0 and (pos == 0 or data[pos - 1] == 0x0A) and data.startswith(b"# EOF", pos):
             end = data.find(b"\n", pos)
             if data[pos : len(data) if end == -1 else end].strip() == b"# EOF":
                 first = pos
-        hi = pos
     return first
 
 
