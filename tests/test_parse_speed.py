@@ -2,7 +2,8 @@
 `make bench`'s targets (75x prometheus_client, 6x a bare line count), so machine noise
 never fails it but a regression like the one that went unnoticed does (22x and 17.9x then;
 11x and 89x at the start of the next round, when a b"vllm:reque" prefix walked vLLM's
-~2,000 request_* histogram lines in Python)."""
+~2,000 request_* histogram lines in Python). Measured when the floors were set: 78-80x
+and 4.5-4.7 line counts (thread CPU time, successive polls of the DP=8 dump)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib.util
 
 from conftest import REPO
 
-FLOOR_SPEEDUP, CEILING_COST = 30.0, 30.0
+FLOOR_SPEEDUP, CEILING_COST = 40.0, 12.0
 
 
 def test_parse_and_derive_stay_far_faster_than_prometheus_client():
