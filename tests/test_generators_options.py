@@ -40,7 +40,7 @@ def test_custom_windows_with_the_alert_windows_among_them_leave_nothing_dangling
         # Only the recorded windows, the day-long series (k's range over the day too) and the max:
         # nothing of the defaults' 30m.
         assert suffixes == {"rate5m", "rate1h", "ratio_rate5m", "ratio_rate1h", "rate1d", "ratio_rate1d", "max",
-                            "max_over_time1d", "min_over_time1d"}, variant
+                            "max_over_time1d", "changes1d"}, variant
         text = yaml.safe_dump(rules.rule_file(variant, o))
         # (TargetDown's "unreachable for 30m" is config.TARGET_UNREACHABLE_AFTER, not a window.)
         assert not re.findall(r"rate30m|\[30m\]|offset 30m|over (?:the last )?30m", text), variant

@@ -155,6 +155,9 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
 
 
 ENGINE = "namespace_pod_model_name_engine"
+# Per engine only what an alert or a panel reads there: drafts and accepted tokens (the mean
+# acceptance length, the engine panels and variable); the server level reads the other counters.
+ENGINE_RATES = ("drafts", "accepted_tokens")
 SERVER = "namespace_pod_model_name"
 DAY = "1d"  # the day-long series' suffix: the mean of o.hourly_window rates over o.day_range
 
@@ -232,11 +235,16 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 continue  # per engine: the shortest window only (the engine panel averages it)
             from_base = span and finer is None  # the first level of a longer window: the base's mean
             for metric, counter in counters.items():
+                if level == ENGINE and metric not in ENGINE_RATES:
+                    continue
                 if from_base:
                     record(to, name(level, metric, f"rate{w}"),
                            f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
                     continue
-                source = f"rate({counter}{sel}[{rng}])" if finer is None else name(finer, metric, f"rate{w}")
+                if finer is None or (finer == ENGINE and metric not in ENGINE_RATES):
+                    source = f"rate({counter}{sel}[{rng}])"
+                else:
+                    source = name(finer, metric, f"rate{w}")
                 record(to, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
             if level != ENGINE:
                 # Positions are not kept per engine: the first level below reads the counters.
@@ -251,6 +259,9 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             accepted = name(level, "accepted_tokens", f"rate{w}")
             # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
             record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
+            if level == ENGINE:
+                finer = level
+                continue
             record(to, name(level, "acceptance_ratio", f"ratio_rate{w}"),
                    f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)")
             if level != ENGINE:
@@ -283,8 +294,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])")
     record(slow, name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
            f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)")
-    for fn in ("max", "min"):  # the drop alert compares like with like: k constant over the day
-        record(slow, name(level, "num_speculative_tokens", f"{fn}_over_time{DAY}"), f"{fn}_over_time({k}[{o.day_range}])")
+    # The drop alert compares like with like: k unchanged over the day (one read of the day).
+    record(slow, name(level, "num_speculative_tokens", f"changes{DAY}"), f"changes({k}[{o.day_range}])")
     # What the day held, for the alerts that ask whether a server was ever drafting (NotDrafting)
     # or its first position ever healthy (FirstPositionAcceptanceLow): the best hour of the day.
     hw = o.hourly_window
@@ -460,8 +471,7 @@ def _dropped(x: X) -> tuple[str, str]:
     # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
     return (f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
             f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
-            f"and {x.on} ({name(L, 'num_speculative_tokens', f'max_over_time{DAY}')} "
-            f"== {x.on} {name(L, 'num_speculative_tokens', f'min_over_time{DAY}')})",
+            f"and {x.on} {name(L, 'num_speculative_tokens', f'changes{DAY}')} == 0",
             f"The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf \"%.3f\" }}}} "
             f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
             f"same k.")
