@@ -154,19 +154,19 @@ def worker_peak_mb(size: int) -> tuple[float, float]:
     (spec-decode lines only: the most a payload can make it hold), and the seconds it took."""
     import asyncio
 
-    from vllm_specdec_exporter import service
+    from vllm_specdec_exporter import config, parse_pool
 
     body = hostile_payload(size)
 
     async def go() -> tuple[int, float]:
         started = time.perf_counter()
-        await service._in_worker(len(body), service.read_payload, body, 32 * 1024 * 1024, None, {}, 512)
-        pid = next(iter(service._pool(len(body) > service.config.PARSE_BIG_BYTES)._processes))
+        await parse_pool._in_worker(len(body), parse_pool.read_payload, body, 32 * 1024 * 1024, None, {}, 512)
+        pid = next(iter(parse_pool._pool(len(body) > config.PARSE_BIG_BYTES)._processes))
         took = time.perf_counter() - started
         return pid, took
     pid, took = asyncio.run(go())
     status = Path(f"/proc/{pid}/status").read_text()
-    service.close_parse_pool()
+    parse_pool.close_parse_pool()
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024, took
 
 

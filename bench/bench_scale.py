@@ -16,7 +16,7 @@ from vllm_specdec_exporter import config as c
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.collector import SpecDecodeCollector
 from vllm_specdec_exporter.history import TargetHistory
-from vllm_specdec_exporter.service import TargetView, model_views
+from vllm_specdec_exporter.views import TargetView, history_windows, model_views
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, parse_scenario
 
@@ -36,7 +36,7 @@ def poll_work(history: TargetHistory, data: bytes, t: float) -> None:
     """What one poll costs once the bytes have arrived: parse, fold into windows, derive."""
     snap = extract(data, c.DEFAULT_MAX_PAYLOAD_BYTES)
     history.observe(t, snap.engines)
-    model_views(history, snap.engines, SETTINGS, None)
+    model_views(history_windows(history, SETTINGS), snap.engines, SETTINGS, None)
 
 
 def median_poll_seconds(data: bytes, rounds: int) -> float:
@@ -113,7 +113,7 @@ def main() -> int:
         snap = extract(payload(64, 8, t))
         history.observe(float(i * 60), snap.engines)
     view = TargetView("vllm", "http://127.0.0.1:1/metrics", up=True, last_success_mono=0.0,
-                      raw=snap.engines, models=model_views(history, snap.engines, SETTINGS, None))
+                      raw=snap.engines, models=model_views(history_windows(history, SETTINGS), snap.engines, SETTINGS, None))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [view], SETTINGS, lambda: 0.0))
     renders = []
