@@ -85,7 +85,7 @@ def test_changing_a_sample_labels_does_not_change_the_next_parse():
 def test_the_series_cache_stays_bounded():
     big = "x" * (parser._SERIES_CACHED_BYTES + 1)
     parse(f'{NAMES[0]}{{engine="0",model_name="{big}"}} 1\n', NAMES)
-    assert not any(big.encode() in raw for raw in parser._SERIES)
+    assert not any(big.encode() in raw for raw in parser._SERIES) and big not in parser._SERIES_STRINGS
     for start in range(0, parser._SERIES_CACHED + 500, 1000):
         text = "".join(f'{NAMES[0]}{{engine="{e}"}} 1\n' for e in range(start, start + 1000))
         exp = parse(text, NAMES)
