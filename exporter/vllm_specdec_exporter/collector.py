@@ -255,23 +255,36 @@ class Exposition:
     def __init__(self, registry: CollectorRegistry):
         self._registry = registry
         self._lock = asyncio.Lock()
-        # content type -> (the state rendered, identity body, gzip body)
-        self._cache: dict[str, tuple[tuple[object, ...], bytes, bytes]] = {}
+        # body_key(encoder) -> (the state rendered, identity body, gzip body)
+        self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], bytes, bytes]] = {}
 
-    async def bodies(self, content_type: str, encoder: Callable[[CollectorRegistry], bytes],
+    async def bodies(self, encoder: Callable[[CollectorRegistry], bytes],
                      state: tuple[object, ...]) -> tuple[bytes, bytes]:
         """(identity, gzip) bodies for ``state``: objects compared by identity (the views)."""
+        key = body_key(encoder)
         async with self._lock:
-            cached = self._cache.get(content_type)
+            cached = self._cache.get(key)
             if cached is None or not _same(cached[0], state):
                 body, zipped = await asyncio.to_thread(self._render, encoder)
                 self._cache = {t: c for t, c in self._cache.items() if _same(c[0], state)}
-                self._cache[content_type] = cached = (state, body, zipped)
+                self._cache[key] = cached = (state, body, zipped)
             return cached[1], cached[2]
 
     def _render(self, encoder: Callable[[CollectorRegistry], bytes]) -> tuple[bytes, bytes]:
         body = encoder(self._registry)
         return body, gzip.compress(body, compresslevel=6)
+
+
+def body_key(encoder: Callable[[CollectorRegistry], bytes]) -> tuple[object, ...]:
+    """What decides a /metrics body: the encoder and its escaping, and OpenMetrics' version
+    only as below or from 2.0.0 (native histograms, never exported here). Keyed by the echoed
+    Content-Type, a client cycling version=1.0.<n> forced one render per scrape and held one
+    body per version; the escapings prometheus_client accepts are a handful."""
+    if not isinstance(encoder, functools.partial):
+        return (encoder,)
+    kw = encoder.keywords
+    major = str(kw.get("version", "1")).split(".", 1)[0]
+    return (encoder.func, kw.get("escaping"), major.isdigit() and int(major) >= 2)
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
