@@ -1,4 +1,4 @@
-"""Hostile input at the documented bounds (`make bench`, through bench_sidecar.py; issue 19):
+"""Hostile input at the documented bounds (`make bench`, through bench_sidecar.py):
 /healthz while /metrics of 4,096 engines is rendered, what label churn leaves in memory,
 the parsing worker's peak memory on a 32 MiB payload, and a healthy target's polls beside
 five hostile ones. The real `serve` process on loopback. Prints `name: value` lines."""

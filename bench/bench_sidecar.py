@@ -131,7 +131,7 @@ def main() -> int:
     hour = subprocess.run([sys.executable, __file__, "--hour"], capture_output=True, text=True, check=True)
     sys.stdout.write(hour.stdout)
     rss = float(hour.stdout.split("sidecar_rss_mb_after_simulated_hour: ")[1].split()[0])
-    # Hostile input at the documented bounds (issue 19), in their own processes.
+    # Hostile input at the documented bounds (hostile upstreams and clients), in their own processes.
     subprocess.run([sys.executable, str(Path(__file__).with_name("bench_bounds.py"))], check=True)
     ok = result["median"] < 0.005 and cpu < 0.02 and rss < 80
     print(f"sidecar_targets_met: {int(ok)}  (poll+render median < 5 ms, CPU < 2 %, RSS < 80 MB)")

@@ -145,7 +145,7 @@ class TargetPoller:
     def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, list[str]]:
         """Restarts and k changes per model within the health window (for the diagnosis). A change
         while the model was already degraded or collapsed (the last verdict) is not kept: the fall
-        started before it, so it cannot be its cause (a restart that fixes a fall, issue 24)."""
+        started before it, so it cannot be its cause (a restart that fixes a fall is not blamed for it)."""
         fallen = {mv.model_name for mv in self.view.models if mv.health in ("degraded", "collapsed")}
         for model, engine in observation.restarted:
             if model not in fallen:
