@@ -126,6 +126,10 @@ class RenamedVllmAdapter:
         self.spec_families = tuple(src for r in renames for src, dst in r.items() if dst != config.VLLM_V1_GENERATION_TOKENS)
         self.families = tuple(src for r in renames for src in r)
         self.approximate: tuple[str, ...] = ()
+        # What score() counts, for adapters.ranked: the spec families of each alternative,
+        # and the labels a sample must carry.
+        self.score_basis = (tuple(tuple(s for s, d in r.items() if d != config.VLLM_V1_GENERATION_TOKENS)
+                                  for r in renames), require_labels)
 
     def _score(self, exp: Exposition, renames: dict[str, str]) -> int:
         spec = [s for s, d in renames.items() if d != config.VLLM_V1_GENERATION_TOKENS]
@@ -180,6 +184,11 @@ class LabelledAdapter:
 
     def score(self, exp: Exposition) -> int:
         return families_present(exp, self.spec_families, self._require_labels)
+
+    @property
+    def score_basis(self) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+        """What score() counts, for adapters.ranked."""
+        return (self.spec_families,), self._require_labels
 
     def detect(self, exp: Exposition) -> bool:
         return self.score(exp) > 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition
-from .common import LabelledAdapter, UnsupportedProducer
+from .common import LabelledAdapter, UnsupportedProducer, bounded
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GENERATION = "sglang:generation_tokens_total"
@@ -43,8 +43,9 @@ class SglangAdapter(LabelledAdapter):
               impossible: list[str] | None = None) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in exp.samples.get(name, ()):
-            if self._bounded(s, warnings, impossible):
-                out[self._key(s)] = out.get(self._key(s), 0.0) + s.value
+            key = self._key(s)
+            if bounded(s, key, warnings, impossible):
+                out[key] = out.get(key, 0.0) + s.value
         return out
 
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample
-from .common import LabelledAdapter, short
+from .common import LabelledAdapter, bounded, short
 
 DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
 ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
@@ -44,9 +44,9 @@ class TrtllmAdapter(LabelledAdapter):
                  impossible: list[str] | None = None) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in samples:
-            if not self._bounded(s, warnings, impossible):
-                continue
             key = self._key(s)
+            if not bounded(s, key, warnings, impossible):
+                continue
             if key in out:
                 warnings.append(f"{short(s)} repeats ({series_name(key)}); first value kept")
                 continue
@@ -61,9 +61,10 @@ class TrtllmAdapter(LabelledAdapter):
             if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
                 warnings.append(f"{short(s)} has no small integer {LABEL_POSITION}; ignored")
                 continue
-            if not self._bounded(s, warnings, impossible):
+            key = self._key(s)
+            if not bounded(s, key, warnings, impossible):
                 continue
-            per = out.setdefault(self._key(s), {})
+            per = out.setdefault(key, {})
             if int(raw) in per:
                 warnings.append(f"{short(s)} repeats a position; first value kept")
                 continue
@@ -81,8 +82,8 @@ class TrtllmAdapter(LabelledAdapter):
         drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings, impossible)
         accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings, impossible)
         generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
-        iteration = {self._key(s) for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())
-                     if self._bounded(s, warnings, impossible)}
+        iteration = {key for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())
+                     if bounded(s, key := self._key(s), warnings, impossible)}
         engines: dict[SeriesKey, Counters] = {}
         for key in sorted(iteration | set(drafted) | set(accepted)):
             d, a = drafted.get(key, {}), accepted.get(key, {})

@@ -17,17 +17,13 @@ def _key(sample: Sample) -> SeriesKey:
     return (sample.labels.get(config.LABEL_MODEL, ""), sample.labels.get(config.LABEL_ENGINE, ""))
 
 
-def _valid(sample: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
-    return bounded(sample, _key(sample), warnings, impossible)
-
-
 def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[str] | None = None,
              ) -> dict[SeriesKey, float]:
     out: dict[SeriesKey, float] = {}
     for s in samples:
-        if not _valid(s, warnings, impossible):
-            continue
         key = _key(s)
+        if not bounded(s, key, warnings, impossible):
+            continue
         if key in out:  # same model/engine under extra labels: refuse to guess
             warnings.append(f"{short(s)} repeats ({series_name(key)}); first value kept")
             continue
@@ -56,8 +52,9 @@ def _histograms(exp: Exposition, warnings: list[str]) -> tuple[dict[SeriesKey, R
         except ValueError:
             warnings.append(f"{short(s)} has no numeric le label; ignored")
             continue
-        if _valid(s, warnings) and not math.isnan(edge):
-            buckets.setdefault(_key(s), {}).setdefault(edge, s.value)
+        key = _key(s)
+        if bounded(s, key, warnings) and not math.isnan(edge):
+            buckets.setdefault(key, {}).setdefault(edge, s.value)
     out: dict[SeriesKey, RequestHistogram] = {}
     for key, by_edge in buckets.items():
         edges = tuple(sorted(e for e in by_edge if math.isfinite(e)))
@@ -98,9 +95,10 @@ class VllmV1Adapter:
             if int(raw) >= config.MAX_K:
                 warnings.append(f"{short(s)}: position {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
                 continue
-            if not _valid(s, warnings, impossible):
+            key = _key(s)
+            if not bounded(s, key, warnings, impossible):
                 continue
-            per_key = positions.setdefault(_key(s), {})
+            per_key = positions.setdefault(key, {})
             if int(raw) in per_key:
                 warnings.append(f"{short(s)} repeats a position; first value kept")
                 continue
