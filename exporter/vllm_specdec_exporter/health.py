@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from . import config
 from .config import Detection
-from .derive import derive, invariant_violations, sum_counters
+from .derive import Stats, derive, invariant_violations, sum_counters
 from .model import BaselineProfile, Counters
 
 
@@ -51,6 +51,36 @@ class Earlier:
         """AL - 1 over the longer window, None without drafts there."""
         c = self.counters
         return None if c is None or c.drafts <= 0 else c.accepted / c.drafts
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What summary.summarize has computed for one model's engines, so that judge does not
+    compute it again (it runs for every model of every payload read)."""
+
+    items: tuple[tuple[str, Counters], ...]  # the engines it was computed of, in their order
+    total: Counters  # sum_counters(engines.values()), in that order
+    stats: Stats  # derive(total, ...): only its ratios are read, which neither span nor warnings change
+    total_broken: bool  # invariant_violations(total, ...) is not empty
+    broken: frozenset[str]  # the engines whose invariant_violations are not empty
+
+
+class Engines(dict[str, Counters]):
+    """One model's engines as summarize hands them to its verdict, with what it computed of
+    them (``known``, set once they are all in). A verdict that passes them to judge unchanged
+    spares judge the work; any other mapping is judged from scratch."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: Known | None = None
+
+
+def _known(engines: Mapping[str, Counters]) -> Known | None:
+    """``known`` when it was computed of these very engines (a verdict may have changed them)."""
+    known = engines.known if isinstance(engines, Engines) else None
+    return known if known is not None and tuple(engines.items()) == known.items else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +149,7 @@ def _chain(total: Counters, min_drafts: int) -> list[Hint]:
 
 def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, fell: bool | None = None,
              changes: Sequence[str] = (), earlier: Earlier | None = None,
-             profile: BaselineProfile | None = None) -> tuple[Hint, ...]:
+             profile: BaselineProfile | None = None, known: Known | None = None) -> tuple[Hint, ...]:
     """Fingerprints of the causes in one interval's counters: the one classifier every surface
     uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
 
@@ -127,13 +157,18 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     ``changes``: restarts and k changes seen over the interval; ``earlier``: the counters of
     a longer earlier period when known (the sidecar's longest window; never in report or
     diff): only a fall seen there, with no change, is called a workload shift; ``profile``:
-    one rank is named only while the others stand above it (and above their earlier figure)."""
+    one rank is named only while the others stand above it (and above their earlier figure);
+    ``known``: what summarize computed of ``engines``."""
     judged = {e: c for e, c in engines.items()
-              if c.drafts >= max(min_drafts, 1) and c.k and not invariant_violations(c, "engine")}
+              if c.drafts >= max(min_drafts, 1) and c.k
+              and not (e in known.broken if known is not None else invariant_violations(c, "engine"))}
     if not judged:
         return ()
-    total = sum_counters(judged.values())
-    st = derive(total)
+    if known is not None and len(judged) == len(engines):  # the same engines summed in the same order
+        total, st = known.total, known.stats
+    else:
+        total = sum_counters(judged.values())
+        st = derive(total)
     gain = _gain(total)
     hints: list[Hint] = []
     if st.acceptance_rate is not None and st.acceptance_rate > config.DIAG_TOO_GOOD_ACCEPTANCE:
@@ -201,10 +236,12 @@ def _idle(c: Counters, span: float | None, det: Detection, min_drafts: int) -> b
     return c.drafts < max(min_drafts, 1) or (span is not None and (span <= 0 or c.drafts / span < det.min_drafts_per_second))
 
 
-def engine_state(c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int) -> str:
+def engine_state(c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int,
+                 broken: bool | None = None) -> str:
+    """``broken``: whether the engine's invariants are broken, when already known."""
     if _idle(c, span, det, min_drafts):
         return "idle"
-    if invariant_violations(c, "engine"):
+    if invariant_violations(c, "engine") if broken is None else broken:
         return "unknown"
     if _gain(c) < det.collapse_margin:
         return "collapsed"
@@ -217,26 +254,29 @@ def judge(engines: Mapping[str, Counters], span: float | None, profile: Baseline
           det: Detection, min_drafts: int, changes: Sequence[str] = (),
           earlier: Earlier | None = None) -> Verdict:
     """The verdict over one interval (``engines``: its counter increments; ``span``: its seconds,
-    None when unknown, as between two dumps), with the likely causes (``diagnose``)."""
-    v = _judge(engines, span, profile, det, min_drafts, earlier)
+    None when unknown, as between two dumps), with the likely causes (``diagnose``). ``engines``
+    from summarize (``Engines``) bring what it computed of them (``Known``)."""
+    known = _known(engines)
+    v = _judge(engines, span, profile, det, min_drafts, earlier, known)
     if v.state in ("idle",) or (v.state == "unknown" and "invariants" in v.reason):
         return v
     fell = v.state in ("degraded", "collapsed")
-    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile))
+    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile, known))
 
 
 def _judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
-           det: Detection, min_drafts: int, earlier: Earlier | None = None) -> Verdict:
+           det: Detection, min_drafts: int, earlier: Earlier | None = None, known: Known | None = None) -> Verdict:
     if not engines:
         return Verdict("idle", "no drafts in the window", {})
-    total = sum_counters(engines.values())
+    total = known.total if known is not None else sum_counters(engines.values())
     model_gain = None if total.drafts <= 0 else _gain(total)
-    states = {e: engine_state(c, model_gain, span, det, min_drafts) for e, c in engines.items()}
+    states = {e: engine_state(c, model_gain, span, det, min_drafts, None if known is None else e in known.broken)
+              for e, c in engines.items()}
     if _idle(total, span, det, min_drafts):
         return Verdict("idle", f"under {det.min_drafts_per_second:g} drafts/s or {min_drafts} drafts", states)
-    if invariant_violations(total, "model"):
+    if known.total_broken if known is not None else invariant_violations(total, "model"):
         return Verdict("unknown", "the counters break vLLM's invariants: figures not trusted", states)
-    st = derive(total, span)
+    st = known.stats if known is not None else derive(total, span)
     al = st.mean_acceptance_length
     if al is None:  # no drafts at all (possible only with min_drafts 0)
         return Verdict("idle", "no drafts", states)
