@@ -24,10 +24,11 @@ V1 = "vllm:spec_decode_num_"
 def engine_block(engine: str, d: int, k: int, model: str = "deepseek-ai/DeepSeek-V4-Pro", extra: str = "") -> str:
     lab = f'engine="{engine}",model_name="{model}"{extra}'
     per_position = [int(0.8 ** (i + 1) * d) for i in range(k)]
-    return (f"{V1}drafts_total{{{lab}}} {d}\n{V1}draft_tokens_total{{{lab}}} {k * d}\n"
-            f"{V1}accepted_tokens_total{{{lab}}} {sum(per_position)}\n"
-            + "".join(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {n}\n'
-                      for i, n in enumerate(per_position)))
+    return (
+        f"{V1}drafts_total{{{lab}}} {d}\n{V1}draft_tokens_total{{{lab}}} {k * d}\n"
+        f"{V1}accepted_tokens_total{{{lab}}} {sum(per_position)}\n"
+        + "".join(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {n}\n' for i, n in enumerate(per_position))
+    )
 
 
 def engines_payload(n: int, engines: int = 4096, k: int = 8) -> bytes:
@@ -86,9 +87,21 @@ class Serve:
         self.cfg.write(config)
         self.cfg.flush()
         self.logs = tempfile.TemporaryFile()  # noqa: SIM115 (a file, not a pipe nobody drains)
-        self.proc = subprocess.Popen([str(CLI), "serve", "--config.file", self.cfg.name, "--web.listen-address",
-                                      "127.0.0.1:0", "--log.format", "json", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.logs)
+        self.proc = subprocess.Popen(
+            [
+                str(CLI),
+                "serve",
+                "--config.file",
+                self.cfg.name,
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--log.format",
+                "json",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.logs,
+        )
         self.port = 0
         deadline = time.monotonic() + 120
         while not self.port and time.monotonic() < deadline:
@@ -120,8 +133,7 @@ class Serve:
 def healthz_beside_metrics(interval: str, seconds: float = 30.0) -> dict:
     """/healthz every 20 ms for ``seconds`` while /metrics is scraped in a loop, 4,096 engines (k=8)."""
     up = Upstream(engines_payload)
-    serve = Serve(f"targets: [{{url: '{up.url}'}}]\nmax_series_per_target: 4096\nmin_drafts: 1\n",
-                  "--poll.interval", interval)
+    serve = Serve(f"targets: [{{url: '{up.url}'}}]\nmax_series_per_target: 4096\nmin_drafts: 1\n", "--poll.interval", interval)
     try:
         while serve.counter('vllm_specdec_exporter_polls_total{result="success"') < 2:
             time.sleep(0.5)
@@ -130,6 +142,7 @@ def healthz_beside_metrics(interval: str, seconds: float = 30.0) -> dict:
         def scrape() -> None:
             while not stop.is_set():
                 sizes.append(len(get(serve.port, "/metrics")))
+
         scraper = threading.Thread(target=scrape)
         scraper.start()
         latencies = []
@@ -142,8 +155,12 @@ def healthz_beside_metrics(interval: str, seconds: float = 30.0) -> dict:
         stop.set()
         scraper.join(60)
         latencies.sort()
-        return {"p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))], "worst_ms": 1000 * latencies[-1],
-                "metrics_mb": max(sizes) / 1e6, "scrapes": len(sizes)}
+        return {
+            "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+            "worst_ms": 1000 * latencies[-1],
+            "metrics_mb": max(sizes) / 1e6,
+            "scrapes": len(sizes),
+        }
     finally:
         serve.stop()
         up.close()
@@ -164,6 +181,7 @@ def worker_peak_mb(size: int) -> tuple[float, float]:
         pid = next(iter(parse_pool._pool(len(body) > config.PARSE_BIG_BYTES)._processes))
         took = time.perf_counter() - started
         return pid, took
+
     pid, took = asyncio.run(go())
     status = Path(f"/proc/{pid}/status").read_text()
     parse_pool.close_parse_pool()
@@ -180,6 +198,7 @@ def healthy_beside_hostile(seconds: float = 60.0, hostile: int = 5) -> dict:
         seen.append(time.monotonic())
         body = "".join(engine_block(str(e), 1000 * (n + 1), 2, "m") for e in range(8))
         return (body + "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}"}} {i}\n' for i in range(7000))).encode()
+
     ups = [Upstream(healthy)] + [Upstream(lambda n: big) for _ in range(hostile)]
     targets = "".join(f"  - {{name: t{i}, url: '{u.url}'}}\n" for i, u in enumerate(ups))
     serve = Serve(f"targets:\n{targets}poll: {{interval: 1s, timeout: 4s}}\n")
@@ -195,8 +214,14 @@ def healthy_beside_hostile(seconds: float = 60.0, hostile: int = 5) -> dict:
         def hwm(pid: int | str) -> float:
             status = Path(f"/proc/{pid}/status").read_text()
             return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
-        return {"polls": len(window), "longest_gap_s": max(gaps), "median_gap_s": sorted(gaps)[len(gaps) // 2],
-                "main_peak_mb": hwm(serve.proc.pid), "children_peak_mb": sorted((hwm(c) for c in children), reverse=True)}
+
+        return {
+            "polls": len(window),
+            "longest_gap_s": max(gaps),
+            "median_gap_s": sorted(gaps)[len(gaps) // 2],
+            "main_peak_mb": hwm(serve.proc.pid),
+            "children_peak_mb": sorted((hwm(c) for c in children), reverse=True),
+        }
     finally:
         serve.stop()
         for u in ups:
@@ -208,14 +233,20 @@ def main() -> int:
         peak, took = worker_peak_mb(mib * 1024 * 1024 - 4096)
         print(f"parsing_process_peak_mb_{mib}_mib_payload: {peak:.0f}  ({took:.1f} s)")
     r = healthy_beside_hostile()
-    print(f"healthy_target_poll_gap_s_beside_5_hostile: median {r['median_gap_s']:.2f}, longest {r['longest_gap_s']:.2f}  "
-          f"({r['polls']} polls in 60 s at a 1 s interval)")
-    print(f"serve_peak_mb_beside_5_hostile: main {r['main_peak_mb']:.0f}, parsing processes "
-          f"{', '.join(f'{m:.0f}' for m in r['children_peak_mb'])}")
+    print(
+        f"healthy_target_poll_gap_s_beside_5_hostile: median {r['median_gap_s']:.2f}, longest {r['longest_gap_s']:.2f}  "
+        f"({r['polls']} polls in 60 s at a 1 s interval)"
+    )
+    print(
+        f"serve_peak_mb_beside_5_hostile: main {r['main_peak_mb']:.0f}, parsing processes "
+        f"{', '.join(f'{m:.0f}' for m in r['children_peak_mb'])}"
+    )
     for interval in ("5s", "1s"):
         r = healthz_beside_metrics(interval)
-        print(f"healthz_p99_ms_4096_engines_poll_{interval}: {r['p99_ms']:.0f}  (worst {r['worst_ms']:.0f} ms, "
-              f"/metrics {r['metrics_mb']:.1f} MB, {r['scrapes']} scrapes)")
+        print(
+            f"healthz_p99_ms_4096_engines_poll_{interval}: {r['p99_ms']:.0f}  (worst {r['worst_ms']:.0f} ms, "
+            f"/metrics {r['metrics_mb']:.1f} MB, {r['scrapes']} scrapes)"
+        )
     return 0
 
 

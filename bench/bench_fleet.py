@@ -62,7 +62,6 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
 from vllm_specdec_exporter import config as c
 from vllm_specdec_exporter.generators import rules
 
@@ -80,7 +79,7 @@ HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to tr
 
 
 # --- the pod payloads, captured from the real programs ---
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -153,15 +152,32 @@ def get(url: str, timeout: float = 30) -> bytes:
 
 def capture_payloads(tmp: Path) -> tuple[str, str]:
     """One pod's sidecar /metrics and vLLM /metrics: 8 engines of DeepSeek MTP, k=3."""
-    (tmp / "scenario.yaml").write_text(yaml.safe_dump({
-        "model_name": MODELS[0], "engines": ENGINES_PER_POD, "k": K, "drafts_per_second": 40,
-        "per_position": [0.9, 0.7, 0.5]}))
+    (tmp / "scenario.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model_name": MODELS[0],
+                "engines": ENGINES_PER_POD,
+                "k": K,
+                "drafts_per_second": 40,
+                "per_position": [0.9, 0.7, 0.5],
+            }
+        )
+    )
     with ExitStack() as es:
-        _, sim = serve(es, [str(CLI), "simulate", "--scenario", str(tmp / "scenario.yaml"),
-                            "--web.listen-address", "127.0.0.1:0"], tmp / "sim.log")
-        (tmp / "exporter.yaml").write_text(yaml.safe_dump({
-            "targets": [{"name": "vllm", "url": f"http://{sim}/metrics"}],
-            "web": {"listen_address": "127.0.0.1:0"}, "poll": {"interval": "1s"}}))
+        _, sim = serve(
+            es,
+            [str(CLI), "simulate", "--scenario", str(tmp / "scenario.yaml"), "--web.listen-address", "127.0.0.1:0"],
+            tmp / "sim.log",
+        )
+        (tmp / "exporter.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "targets": [{"name": "vllm", "url": f"http://{sim}/metrics"}],
+                    "web": {"listen_address": "127.0.0.1:0"},
+                    "poll": {"interval": "1s"},
+                }
+            )
+        )
         _, exp = serve(es, [str(CLI), "serve", "--config.file", str(tmp / "exporter.yaml")], tmp / "exporter.log")
         wait_for(lambda: b"vllm_specdec_drafts_total{" in get(f"http://{exp}/metrics"), 30, "the sidecar's first poll")
         time.sleep(4)
@@ -197,8 +213,7 @@ class Fleet:
 def _request_histogram(engine_labels: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
     """vLLM's per-request acceptance histogram (PR #44487's buckets), 2 finished requests/s an engine."""
     h = c.VLLM_V1_REQUEST_ACCEPTANCE
-    edges = ("0.0", "0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.98", "1.0",
-             "+Inf")
+    edges = ("0.0", "0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.98", "1.0", "+Inf")
     cumulative = (0, 1, 2, 4, 6, 9, 14, 20, 27, 33, 37, 38, 39, 40, 40)
     out = [(f"{h}_bucket", {**engine_labels, "le": e}, 2 * n / 40) for e, n in zip(edges, cumulative, strict=True)]
     return [*out, (f"{h}_count", dict(engine_labels), 2.0), (f"{h}_sum", dict(engine_labels), 1.3)]
@@ -210,8 +225,7 @@ def pod_template(variant: str, sidecar_text: str, vllm_text: str) -> list[tuple[
         lines = parse(sidecar_text)
         counter = re.compile(r".*(_total|_count|_sum|_bucket)$")
         return [(n, lab, v, bool(counter.match(n))) for n, lab, v in lines]
-    keep = (c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_V1_ACCEPTED, c.VLLM_V1_ACCEPTED_PER_POS,
-            c.VLLM_V1_GENERATION_TOKENS)
+    keep = (c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_V1_ACCEPTED, c.VLLM_V1_ACCEPTED_PER_POS, c.VLLM_V1_GENERATION_TOKENS)
     keep_created = tuple(k.removesuffix("_total") + "_created" for k in keep)
     out = []
     for n, lab, v in parse(vllm_text):
@@ -231,7 +245,7 @@ def read_over_range(text: str) -> tuple[set[str], dict[str, float]]:
     exprs = [r["expr"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
     raw: set[str] = set()
     recorded: dict[str, float] = {}
-    sel = r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?(?:\[([0-9a-z]+)\])?(?: offset ([0-9a-z]+))?'
+    sel = r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?(?:\[([0-9a-z]+)\])?(?: offset ([0-9a-z]+))?"
     for e in exprs:
         for m in re.finditer(sel, e):
             if m[3] is None and m[4] is None:
@@ -251,8 +265,12 @@ def group_intervals(text: str) -> dict[str, float]:
 
 def recorded_every(text: str) -> dict[str, float]:
     """Each recorded name and how often its group records it: the history is backfilled at that step."""
-    return {r["record"]: c.parse_duration(g.get("interval", f"{INTERVAL}s"))
-            for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "record" in r}
+    return {
+        r["record"]: c.parse_duration(g.get("interval", f"{INTERVAL}s"))
+        for g in yaml.safe_load(text)["groups"]
+        for r in g["rules"]
+        if "record" in r
+    }
 
 
 def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: float, rule_text: str) -> Fleet:
@@ -262,8 +280,11 @@ def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: 
     fleet = Fleet(variant, pods, t0=t0)
     for p in range(pods):
         spread = 0.8 + 0.4 * ((p * 7919) % 101) / 100
-        pod_labels = {"namespace": f"inference-{p % NAMESPACES}", "pod": f"vllm-{p:05d}",
-                      "instance": f"10.{p // 250}.{p % 250}.7:{9100 if variant == 'sidecar' else 8000}"}
+        pod_labels = {
+            "namespace": f"inference-{p % NAMESPACES}",
+            "pod": f"vllm-{p:05d}",
+            "instance": f"10.{p // 250}.{p % 250}.7:{9100 if variant == 'sidecar' else 8000}",
+        }
         model = MODELS[p % len(MODELS)]
         if p % PODS_PER_TARGET == 0:
             fleet.per_target.append([])
@@ -271,8 +292,15 @@ def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: 
             labels = {**lab, **pod_labels}
             if "model_name" in labels:
                 labels["model_name"] = model
-            fleet.per_target[-1].append(Series(n, labels, spread * v / 5 if is_counter else 0.0,
-                                               v, (is_counter and n in raw_ranged) or n == rules.m.name("up")))
+            fleet.per_target[-1].append(
+                Series(
+                    n,
+                    labels,
+                    spread * v / 5 if is_counter else 0.0,
+                    v,
+                    (is_counter and n in raw_ranged) or n == rules.m.name("up"),
+                )
+            )
     return fleet
 
 
@@ -346,8 +374,7 @@ def labels_bytes(name: str, labels: dict[str, str]) -> bytes:
     return b"".join(field_bytes(1, field_bytes(1, k.encode()) + field_bytes(2, v.encode())) for k, v in items)
 
 
-SAMPLE = np.dtype([("tag", "u1"), ("len", "u1"), ("vtag", "u1"), ("value", "<f8"), ("ttag", "u1"),
-                   ("ts", "u1", (6,))])
+SAMPLE = np.dtype([("tag", "u1"), ("len", "u1"), ("vtag", "u1"), ("value", "<f8"), ("ttag", "u1"), ("ts", "u1", (6,))])
 
 
 def samples_bytes(values: np.ndarray, ts_varints: np.ndarray) -> bytes:
@@ -373,16 +400,23 @@ def snappy_literal(data: bytes) -> bytes:
     out = bytearray(varint(len(data)))
     step = 1 << 24
     for i in range(0, len(data), step):
-        chunk = data[i:i + step]
+        chunk = data[i : i + step]
         out += bytes([63 << 2]) + struct.pack("<I", len(chunk) - 1) + chunk
     return bytes(out)
 
 
 def remote_write(base: str, timeseries: list[bytes]) -> None:
     body = snappy_literal(b"".join(field_bytes(1, ts) for ts in timeseries))
-    req = urllib.request.Request(f"{base}/api/v1/write", data=body, method="POST", headers={
-        "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-        "X-Prometheus-Remote-Write-Version": "0.1.0"})
+    req = urllib.request.Request(
+        f"{base}/api/v1/write",
+        data=body,
+        method="POST",
+        headers={
+            "Content-Encoding": "snappy",
+            "Content-Type": "application/x-protobuf",
+            "X-Prometheus-Remote-Write-Version": "0.1.0",
+        },
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         resp.read()
 
@@ -392,8 +426,13 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
     would have recorded from the generator's constant rates: (name, labels, value)."""
     src = rules.VARIANTS[fleet.variant]
     _, needs = read_over_range(rule_text)
-    family = {src.drafts: "drafts", src.draft_tokens: "draft_tokens", src.accepted: "accepted_tokens",
-              src.per_pos: "position_accepted_tokens", src.generation: "generation_tokens"}
+    family = {
+        src.drafts: "drafts",
+        src.draft_tokens: "draft_tokens",
+        src.accepted: "accepted_tokens",
+        src.per_pos: "position_accepted_tokens",
+        src.generation: "generation_tokens",
+    }
     levels = dict(rules.levels(src, o))
     out = []
     for rec in sorted(needs):
@@ -439,8 +478,9 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
     raw = [(labels_bytes(s.name, {**s.labels, "job": "fleet"}), s.rate, s.value) for s in fleet.all() if s.backfill]
     # A series of the long group has a sample every few minutes, as its group would have left.
     every = recorded_every(rule_text)
-    recorded = [(labels_bytes(n, lab), v, end - need - 600, every[n])
-                for n, lab, v, need in recorded_history(fleet, o, rule_text)]
+    recorded = [
+        (labels_bytes(n, lab), v, end - need - 600, every[n]) for n, lab, v, need in recorded_history(fleet, o, rule_text)
+    ]
     first = min([r[2] for r in recorded] + [end - RAW_HISTORY]) // INTERVAL * INTERVAL
     raw_first = end - RAW_HISTORY
     samples = 0
@@ -460,8 +500,7 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
             keep = ts >= raw_first
             rts, rtv = ts[keep], tv[keep]
             for lab, rate, value in raw:
-                batch.append(lab + samples_bytes(np.floor(rate * (rts - fleet.t0)) if rate else np.full(len(rts), value),
-                                                 rtv))
+                batch.append(lab + samples_bytes(np.floor(rate * (rts - fleet.t0)) if rate else np.full(len(rts), value), rtv))
                 if len(batch) >= 20000:
                     remote_write(base, batch)
                     batch = []
@@ -476,8 +515,11 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
 def prom_metrics(base: str) -> dict[str, float]:
     out = {}
     for line in get(f"{base}/metrics").decode().splitlines():
-        if line.startswith("prometheus_rule_group_") or line.startswith("process_resident_memory_bytes") \
-                or line.startswith("prometheus_tsdb_head_series "):
+        if (
+            line.startswith("prometheus_rule_group_")
+            or line.startswith("process_resident_memory_bytes")
+            or line.startswith("prometheus_tsdb_head_series ")
+        ):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
@@ -510,8 +552,7 @@ def settle(base: str) -> None:
         now = compactions()[1]
         if now != last:
             last, quiet_since = now, time.monotonic()
-    print(f"# compactions settled after {time.monotonic() - started:.0f} s ({last:.0f} compactions)",
-          file=sys.stderr, flush=True)
+    print(f"# compactions settled after {time.monotonic() - started:.0f} s ({last:.0f} compactions)", file=sys.stderr, flush=True)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -534,24 +575,41 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
     now = time.time()
     fleet = build_fleet(variant, pods, *payloads, t0=now - RECORDED_HISTORY - 3600, rule_text=rule_text)
     config = tmp / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": f"{INTERVAL}s",
-                                                 "evaluation_interval": f"{INTERVAL}s"}}))
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"}}))
     (tmp / "rules.yaml").write_text(rule_text)
     with ExitStack() as es:
         gen = es.enter_context(Generator(fleet))
-        proc, address = serve(es, [prom_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                   "--web.listen-address=127.0.0.1:0", "--web.enable-remote-write-receiver",
-                                   "--web.enable-lifecycle", "--log.level=warn"], tmp / "prometheus.log")
+        proc, address = serve(
+            es,
+            [
+                prom_bin,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                "--web.listen-address=127.0.0.1:0",
+                "--web.enable-remote-write-receiver",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+            ],
+            tmp / "prometheus.log",
+        )
         base = f"http://{address}"
         wait_for(lambda: get(f"{base}/-/ready", 5), 60, "Prometheus to be ready")
         samples, seconds = backfill(base, fleet, time.time(), rules.default_options(), rule_text)
-        print(f"# {variant} {fleet.engines} engines: backfilled {samples:,} samples in {seconds:.0f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"# {variant} {fleet.engines} engines: backfilled {samples:,} samples in {seconds:.0f} s", file=sys.stderr, flush=True
+        )
         settle(base)
-        scrape = [{"job_name": "fleet", "honor_labels": True, "static_configs": [
-            {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
-            for i in range(len(fleet.per_target))],
-            "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}]}]
+        scrape = [
+            {
+                "job_name": "fleet",
+                "honor_labels": True,
+                "static_configs": [
+                    {"targets": [gen.address], "labels": {"__param_shard": str(i), "shard": str(i)}}
+                    for i in range(len(fleet.per_target))
+                ],
+                "metric_relabel_configs": [{"action": "labeldrop", "regex": "shard"}],
+            }
+        ]
         intervals = group_intervals(rule_text)
         groups = list(intervals)
         longest = max(intervals.values())
@@ -561,9 +619,15 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         cpu_window = max(TARGET_EVALUATIONS * INTERVAL, 2 * longest)
 
         def load(rule_files: list[str]) -> None:
-            config.write_text(yaml.safe_dump({
-                "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
-                "rule_files": rule_files, "scrape_configs": scrape}))
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
+                        "rule_files": rule_files,
+                        "scrape_configs": scrape,
+                    }
+                )
+            )
             urllib.request.urlopen(urllib.request.Request(f"{base}/-/reload", method="POST"), timeout=60).read()
 
         def scraped() -> bool:
@@ -613,42 +677,63 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         else:
             raise SystemExit(f"bench_fleet: fewer than {needed} evaluations of {groups} in time")
         for g in groups:
-            print(f"#   group {g} (every {intervals[g]:.0f} s): worst {worst_group[g]:.3f} s over "
-                  f"{len(seen[g])} evaluations", file=sys.stderr)
-        costly = sorted(((r["evaluationTime"], r["name"], g["name"]) for g in
-                         json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"] for r in g["rules"]), reverse=True)
+            print(
+                f"#   group {g} (every {intervals[g]:.0f} s): worst {worst_group[g]:.3f} s over {len(seen[g])} evaluations",
+                file=sys.stderr,
+            )
+        costly = sorted(
+            (
+                (r["evaluationTime"], r["name"], g["name"])
+                for g in json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"]
+                for r in g["rules"]
+            ),
+            reverse=True,
+        )
         raw_names = read_over_range(rule_text)[0] | {rules.VARIANTS[variant].per_pos}
         exprs = {r.get("record") or r["alert"]: r["expr"] for g in yaml.safe_load(rule_text)["groups"] for r in g["rules"]}
-        raw_cost = sum(sec for sec, name, _ in costly if any(n + "{" in exprs[name] or n + "[" in exprs[name]
-                                                              for n in raw_names))
-        print(f"#   last evaluation: {sum(x[0] for x in costly):.3f} s in all rules, {raw_cost:.3f} s in those "
-              f"reading raw series; the costliest:", file=sys.stderr)
+        raw_cost = sum(sec for sec, name, _ in costly if any(n + "{" in exprs[name] or n + "[" in exprs[name] for n in raw_names))
+        print(
+            f"#   last evaluation: {sum(x[0] for x in costly):.3f} s in all rules, {raw_cost:.3f} s in those "
+            f"reading raw series; the costliest:",
+            file=sys.stderr,
+        )
         for seconds, name, _group in costly[:15]:
             print(f"#   {seconds:7.3f} s  {name}", file=sys.stderr)
         if HOLD[0]:
             print(f"# holding {base} for {HOLD[0]:.0f} s (generator {gen.address})", file=sys.stderr, flush=True)
             time.sleep(HOLD[0])
         pm = prom_metrics(base)
-        missed = sum(v for k, v in pm.items() if k.startswith("prometheus_rule_group_iterations_missed_total")
-                     and any(f';{g}"' in k for g in groups))
+        missed = sum(
+            v
+            for k, v in pm.items()
+            if k.startswith("prometheus_rule_group_iterations_missed_total") and any(f';{g}"' in k for g in groups)
+        )
         recorded = float(query(base, f'count({{__name__=~".+:{rules.P}_.+:.+"}})')[0]["value"][1])
         # The history is there: the recorded series read over the longest range have samples that old.
         name, need = max(read_over_range(rule_text)[1].items(), key=lambda x: x[1])
         day_full = bool(query(base, f"count(count_over_time({name}[5m] offset {int(need)}s))"))
         slow = [g for g in groups if intervals[g] != INTERVAL]
-        return {"engines": fleet.engines, "series_scraped": sum(len(g) for g in fleet.per_target),
-                "rule_eval_seconds": worst,
-                # The slower groups' worst duration and its share of their interval.
-                "rule_eval_seconds_long": sum(worst_group[g] for g in slow),
-                "rule_eval_long_share": max([worst_group[g] / intervals[g] for g in slow], default=0.0),
-                "rule_eval_seconds_per_interval": sum(worst_group[g] * INTERVAL / intervals[g] for g in groups), "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
-                "load_average": max(loads), "prometheus_cpu_cores": cpu_share,
-                "prometheus_cpu_cores_scrape_only": scrape_cpu,
-                "rules_cpu_seconds_per_interval": (cpu_share - scrape_cpu) * INTERVAL, "recorded_series": recorded,
-                "recorded_series_per_engine": recorded / fleet.engines,
-                "rss_mb": rss_mb(proc.pid), "head_series": pm.get("prometheus_tsdb_head_series", float("nan")),
-                "iterations_missed": missed, "backfill_samples": samples,
-                "history_full": float(day_full)}
+        return {
+            "engines": fleet.engines,
+            "series_scraped": sum(len(g) for g in fleet.per_target),
+            "rule_eval_seconds": worst,
+            # The slower groups' worst duration and its share of their interval.
+            "rule_eval_seconds_long": sum(worst_group[g] for g in slow),
+            "rule_eval_long_share": max([worst_group[g] / intervals[g] for g in slow], default=0.0),
+            "rule_eval_seconds_per_interval": sum(worst_group[g] * INTERVAL / intervals[g] for g in groups),
+            "rule_eval_seconds_median": sorted(sums)[len(sums) // 2],
+            "load_average": max(loads),
+            "prometheus_cpu_cores": cpu_share,
+            "prometheus_cpu_cores_scrape_only": scrape_cpu,
+            "rules_cpu_seconds_per_interval": (cpu_share - scrape_cpu) * INTERVAL,
+            "recorded_series": recorded,
+            "recorded_series_per_engine": recorded / fleet.engines,
+            "rss_mb": rss_mb(proc.pid),
+            "head_series": pm.get("prometheus_tsdb_head_series", float("nan")),
+            "iterations_missed": missed,
+            "backfill_samples": samples,
+            "history_full": float(day_full),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -657,8 +742,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engines", default="1000,10000")
     ap.add_argument("--variants", default="sidecar,vllm-direct")
-    ap.add_argument("--rules", action="append", default=[], metavar="VARIANT=FILE",
-                    help="measure this rule file instead of the generated one (e.g. an older rules.yaml)")
+    ap.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="VARIANT=FILE",
+        help="measure this rule file instead of the generated one (e.g. an older rules.yaml)",
+    )
     ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     HOLD[0] = args.hold
@@ -676,13 +766,30 @@ def main(argv: list[str] | None = None) -> int:
                 r = run(variant, engines // ENGINES_PER_POD, payloads, rule_text, tmp / f"{variant}-{engines}")
                 results[variant, engines] = r
                 tag = f"fleet_{variant.replace('-', '_')}_{engines}"
-                for key in ("rule_eval_seconds", "rule_eval_seconds_median", "rule_eval_seconds_long",
-                            "rule_eval_long_share", "rule_eval_seconds_per_interval", "load_average", "prometheus_cpu_cores",
-                            "prometheus_cpu_cores_scrape_only", "rules_cpu_seconds_per_interval", "recorded_series_per_engine", "rss_mb", "series_scraped",
-                            "head_series", "iterations_missed", "history_full"):
+                for key in (
+                    "rule_eval_seconds",
+                    "rule_eval_seconds_median",
+                    "rule_eval_seconds_long",
+                    "rule_eval_long_share",
+                    "rule_eval_seconds_per_interval",
+                    "load_average",
+                    "prometheus_cpu_cores",
+                    "prometheus_cpu_cores_scrape_only",
+                    "rules_cpu_seconds_per_interval",
+                    "recorded_series_per_engine",
+                    "rss_mb",
+                    "series_scraped",
+                    "head_series",
+                    "iterations_missed",
+                    "history_full",
+                ):
                     value = r[key]
-                    print(f"{tag}_{key}: {value:.3f}" if isinstance(value, float) and not value.is_integer()
-                          else f"{tag}_{key}: {int(value)}", flush=True)
+                    print(
+                        f"{tag}_{key}: {value:.3f}"
+                        if isinstance(value, float) and not value.is_integer()
+                        else f"{tag}_{key}: {int(value)}",
+                        flush=True,
+                    )
     top = max(sizes)
     worst = max(results[v, top]["rule_eval_seconds"] for v in variants)
     print(f"fleet_engines: {top}")
@@ -703,8 +810,10 @@ def main(argv: list[str] | None = None) -> int:
     # a slower group within a tenth of its own. Wall-clock durations grow with the machine's load
     # average; the CPU seconds Prometheus spends on the rules per interval do not.
     ok = worst <= INTERVAL / 10 and long_share <= 0.1
-    print(f"fleet_target_met: {int(ok)}  (rules evaluate in at most a tenth of their {INTERVAL} s interval "
-          f"at {top} engines, wall-clock)")
+    print(
+        f"fleet_target_met: {int(ok)}  (rules evaluate in at most a tenth of their {INTERVAL} s interval "
+        f"at {top} engines, wall-clock)"
+    )
     print(f"fleet_target_met_cpu: {int(cpu <= INTERVAL / 10)}  (the rules' CPU seconds per {INTERVAL} s interval)")
     return 0 if ok else 1
 

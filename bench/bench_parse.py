@@ -24,7 +24,6 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
-
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.summary import summarize
 
@@ -57,8 +56,10 @@ def polls(data: bytes, count: int) -> list[bytes]:
     (whole numbers stay whole, so the counters keep their invariants exactly), written as
     prometheus_client writes them: their lengths change, so the families move in the payload
     as on a real server."""
+
     def advance(i: int) -> bytes:
         return _VALUE.sub(lambda m: m.group(1) + floatToGoString(float(m.group(2)) * (i + 1)).encode(), data)
+
     return [advance(i) for i in range(count)]
 
 
@@ -104,7 +105,7 @@ def ratios(rounds: int = 400, payloads: list[bytes] | None = None) -> tuple[floa
     for r in range(max(rounds // 20, 1)):
         base.append(timed(line_pass, payloads, 20))
         mine.append(timed(ours, payloads, 20))
-        ref.append(timed(prometheus_client_parse, payloads[r % len(payloads):], 1))
+        ref.append(timed(prometheus_client_parse, payloads[r % len(payloads) :], 1))
     m = statistics.median(mine)
     return statistics.median(ref) / m, m / statistics.median(base)
 
@@ -145,8 +146,10 @@ def main() -> int:
     print(f"interleaved_speedup_vs_prometheus_client: {speedup:.1f}")
     print(f"interleaved_cost_vs_line_count: {dp8_cost:.2f}")
     ok = speedup >= TARGET_SPEEDUP and dp8_cost <= TARGET_COST and big_cost <= TARGET_COST
-    print(f"targets_met: {int(ok)}  (speedup >= {TARGET_SPEEDUP:g}, cost vs line pass <= {TARGET_COST:g} "
-          "on the DP=8 dump and the 64-engine k=8 payload)")
+    print(
+        f"targets_met: {int(ok)}  (speedup >= {TARGET_SPEEDUP:g}, cost vs line pass <= {TARGET_COST:g} "
+        "on the DP=8 dump and the 64-engine k=8 payload)"
+    )
     return 0 if ok else 1
 
 

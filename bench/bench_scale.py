@@ -11,23 +11,32 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-
 from vllm_specdec_exporter import config as c
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.collector import SpecDecodeCollector
 from vllm_specdec_exporter.history import TargetHistory
-from vllm_specdec_exporter.views import TargetView, history_windows, model_views
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, parse_scenario
+from vllm_specdec_exporter.views import TargetView, history_windows, model_views
 
 SETTINGS = build_settings({}, {"urls": ["http://127.0.0.1:1/metrics"]})
 
 
 def payload(engines: int, k: int, t: float = 60.0) -> bytes:
     per_position = [round(0.9 ** (i + 1), 4) for i in range(k)]
-    sim = Simulation(parse_scenario({"model_name": "deepseek-ai/DeepSeek-V4-Pro", "engines": engines, "k": k,
-                                     "drafts_per_second": 40, "per_position": per_position}, "bench"),
-                     clock=lambda: 0.0)
+    sim = Simulation(
+        parse_scenario(
+            {
+                "model_name": "deepseek-ai/DeepSeek-V4-Pro",
+                "engines": engines,
+                "k": k,
+                "drafts_per_second": 40,
+                "per_position": per_position,
+            },
+            "bench",
+        ),
+        clock=lambda: 0.0,
+    )
     sim.advance_to(t)
     return sim.render()
 
@@ -90,8 +99,9 @@ def main() -> int:
 
     # --- payload size up to 10 MB (8 engines, k=2, padded with other families) ---
     base = payload(8, 2)
-    filler = b"".join(f'vllm:request_latency_seconds_bucket{{engine="0",le="{i}.0",model_name="m"}} {i}.0\n'.encode()
-                      for i in range(2000))
+    filler = b"".join(
+        f'vllm:request_latency_seconds_bucket{{engine="0",le="{i}.0",model_name="m"}} {i}.0\n'.encode() for i in range(2000)
+    )
     sizes, costs = [], []
     for target_mb in (0.5, 1, 2, 5, 10):
         data = base
@@ -112,8 +122,14 @@ def main() -> int:
     for i, t in enumerate((60.0, 120.0)):
         snap = extract(payload(64, 8, t))
         history.observe(float(i * 60), snap.engines)
-    view = TargetView("vllm", "http://127.0.0.1:1/metrics", up=True, last_success_mono=0.0,
-                      raw=snap.engines, models=model_views(history_windows(history, SETTINGS), snap.engines, SETTINGS, None))
+    view = TargetView(
+        "vllm",
+        "http://127.0.0.1:1/metrics",
+        up=True,
+        last_success_mono=0.0,
+        raw=snap.engines,
+        models=model_views(history_windows(history, SETTINGS), snap.engines, SETTINGS, None),
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(lambda: [view], SETTINGS, lambda: 0.0))
     renders = []

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-
 from vllm_specdec_exporter import logs
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.simulate import Simulation, load_scenario
@@ -88,22 +87,39 @@ async def poll_and_render(polls: int, fake_hour: bool) -> dict:
             sizes.append(len(body))
     await exp_runner.cleanup()
     await runner.cleanup()
-    return {"median": statistics.median(times), "p99": sorted(times)[int(0.99 * len(times)) - 1],
-            "metrics_bytes": sizes[-1], "samples": poller.history.sample_count()}
+    return {
+        "median": statistics.median(times),
+        "p99": sorted(times)[int(0.99 * len(times)) - 1],
+        "metrics_bytes": sizes[-1],
+        "samples": poller.history.sample_count(),
+    }
 
 
 def cpu_at_one_second_poll(seconds: float = 20.0) -> float:
     """Run the real `serve` process against the replay server; its CPU share of one core."""
+
     async def go():
         runner, url = await replay_server(payloads(int(seconds) + 10))
         proc = await asyncio.create_subprocess_exec(
-            str(CLI), "serve", "--vllm.url", url, "--poll.interval", "1s", "--web.listen-address", "127.0.0.1:0",
-            "--log.level", "warning", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            str(CLI),
+            "serve",
+            "--vllm.url",
+            url,
+            "--poll.interval",
+            "1s",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--log.level",
+            "warning",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         await asyncio.sleep(3)  # start-up (imports) is not the steady state
 
         def cpu() -> float:
             fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
         c0, t0 = cpu(), time.monotonic()
         await asyncio.sleep(seconds)
         c1, t1 = cpu(), time.monotonic()
@@ -111,6 +127,7 @@ def cpu_at_one_second_poll(seconds: float = 20.0) -> float:
         await proc.wait()
         await runner.cleanup()
         return (c1 - c0) / (t1 - t0)
+
     return asyncio.run(go())
 
 

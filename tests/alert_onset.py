@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import yaml
-
 from promtool_cases import FLASH, FLASH_SAMPLING_BUG, PRO, PRO_BROKEN, PRO_HEALTHY, deployment, mix
 
 REPO = Path(__file__).resolve().parent.parent

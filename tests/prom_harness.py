@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
 from conftest import cli_path, require
 from vllm_specdec_exporter.generators import rules
-
 
 COLLAPSE_AT = 30  # scenario seconds at which the shared scenario's draft head breaks
 COLLAPSE_MODEL = "deepseek-ai/DeepSeek-V4-Pro"

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-
 from conftest import cli_path, require
 from prom_harness import listening_port, wait_for
 

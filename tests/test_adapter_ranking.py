@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter.adapters import ADAPTERS, WANTED, _score, ranked
 from vllm_specdec_exporter.parser import Exposition, Sample, parse
 

@@ -12,7 +12,6 @@ import pytest
 from conftest import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter.adapters import (
     ADAPTERS,
     PRODUCERS,
@@ -413,7 +412,6 @@ async def _sidecar(payloads: list[bytes], target: dict):
     import aiohttp
     from aiohttp import web
     from sidecar_harness import FakeClock, start
-
     from vllm_specdec_exporter.settings import build_settings
     from vllm_specdec_exporter.web import POLLERS, create_app
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import itertools
-
 import statistics
 import threading
 import time
@@ -19,7 +18,6 @@ import aiohttp
 import bcrypt
 import pytest
 from aiohttp import web
-
 from http_fixtures import LoopbackServer, prom
 from security_harness import basic, bcrypt_hash, get, percentile, start_exporter, timed_get, write_web_config
 from seed_records import render_dump

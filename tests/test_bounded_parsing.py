@@ -12,7 +12,6 @@ import tempfile
 import time
 
 import pytest
-
 from http_fixtures import LoopbackServer, prom
 from test_scale import biggest_payload, get, start_serve
 

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from http_fixtures import LoopbackServer, prom
 from test_scale import get, polls_done, start_serve
 

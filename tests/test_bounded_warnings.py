@@ -11,7 +11,6 @@ import asyncio
 import sys
 
 from aiohttp import web
-
 from test_glitches import engine_lines, exporter, payload
 from vllm_specdec_exporter.web import POLLERS
 

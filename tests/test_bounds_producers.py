@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.adapters import BY_NAME, WANTED, UnsupportedProducer, extract
 from vllm_specdec_exporter.parser import format_series, parse

@@ -12,7 +12,6 @@ from conftest import run_cli
 from prom_harness import wait_for
 from security_harness import Upstream, get, start_exporter
 from seed_records import render_dump
-
 from vllm_specdec_exporter.sources import credentials, redact_url
 
 SECRET = "s3cret"  # 6 characters: scrub() replaced only secrets of 8 or more

@@ -6,7 +6,6 @@ import json
 
 import pytest
 from aiohttp import web
-
 from conftest import PAYLOADS, run_cli
 from http_fixtures import LoopbackServer, prom
 from seed_records import MODEL, render_dump
@@ -285,7 +284,6 @@ def test_every_option_of_every_command_is_in_the_docs():
 
     from conftest import REPO
     from vllm_specdec_exporter.cli import build_parser
-
     from vllm_specdec_exporter.generators.pages import BEGIN, END, doc_files
 
     def prose(text: str) -> str:

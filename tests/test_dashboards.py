@@ -9,7 +9,6 @@ import time
 
 import jsonschema
 import pytest
-
 import render_preview
 from conftest import REPO
 from prom_harness import COLLAPSE_AT, COLLAPSE_MODEL, HEALTHY_AL, wait_for

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
-
 from sidecar_harness import FakeClock, start
 from vllm_specdec_exporter import config, demo
 from vllm_specdec_exporter.parser import parse

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from vllm_specdec_exporter.derive import delta, delta_engines, derive, invariant_violations, sum_counters
 from vllm_specdec_exporter.model import Counters
 

@@ -10,7 +10,6 @@ from dataclasses import fields
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.derive import Stats, derive, invariant_violations, ratio
 from vllm_specdec_exporter.model import Counters, RequestHistogram

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 from sidecar_harness import harness, one, run
 
@@ -318,10 +317,9 @@ def test_the_real_mtp_heads_of_the_e2e_get_their_causes():
     is the broken head's consequence, not a draft shorter than k); the partial head (position
     0 at 42.7 %, position 1 at 2.4 % of those that reached it) names the weak head first and
     the chain shape beside it."""
+    from vllm_specdec_exporter import config
     from vllm_specdec_exporter.health import diagnose
     from vllm_specdec_exporter.model import Counters
-
-    from vllm_specdec_exporter import config
 
     collapse = {"0": Counters(550, 1100, 16, (16, 0))}  # 0.0291 / 0
     assert [h.cause for h in diagnose(collapse, config.DETECTION, 100)] == ["draft_head_garbage"]
@@ -332,10 +330,9 @@ def test_the_real_mtp_heads_of_the_e2e_get_their_causes():
 def test_a_rollout_into_a_partly_broken_head_names_the_restart_and_the_head():
     """Issue 20's e2e partial head, deployed as a restart: the configuration change and the
     weak head both fit, so both are named (and the chain shape beside them)."""
+    from vllm_specdec_exporter import config
     from vllm_specdec_exporter.health import diagnose
     from vllm_specdec_exporter.model import Counters
-
-    from vllm_specdec_exporter import config
 
     partial = {"0": Counters(398, 796, 174, (170, 4))}
     causes = diagnose(partial, config.DETECTION, 100, True, ["a restart of engine 0"])

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-
 from conftest import run_cli
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 V1 = "vllm:spec_decode_num_"
 

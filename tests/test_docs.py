@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-
 from vllm_specdec_exporter.generators import pages as docs
 
 DOCS = docs.doc_files(REPO)
@@ -32,8 +31,9 @@ def test_the_registries_each_have_their_generated_block():
     where = {s.split()[0] for blocks in specs.values() for s in blocks}
     assert {"flags", "metrics", "alerts", "help", "output"} <= where
     assert "flags" in specs["configuration.md"] and "metrics" in specs["metrics.md"] and "alerts" in specs["alerts.md"]
-    from vllm_specdec_exporter.cli import build_parser
     import argparse
+
+    from vllm_specdec_exporter.cli import build_parser
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {f"help {c}" for c in commands} <= set(specs["command-line.md"])
 

@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-
 from conftest import REPO
 from vllm_specdec_exporter.config import format_duration, parse_duration
 

@@ -17,7 +17,6 @@ import json
 import re
 
 import pytest
-
 from conftest import PAYLOADS, REPO, run_cli
 
 EXAMPLES = REPO / "examples"

@@ -9,7 +9,6 @@ import asyncio
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
-
 from vllm_specdec_exporter.collector import Exposition
 
 

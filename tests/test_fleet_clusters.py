@@ -25,12 +25,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-import yaml
-
 import render_preview
+import yaml
 from conftest import cli_path
-from prom_harness import (COLLAPSE_MODEL, E2E_EXPORTER_CONFIG, E2E_OPTIONS, Prom, http_ok, serve, tool,
-                          wait_for)
+from prom_harness import COLLAPSE_MODEL, E2E_EXPORTER_CONFIG, E2E_OPTIONS, Prom, http_ok, serve, tool, wait_for
 from vllm_specdec_exporter.generators import rules
 
 REPO = Path(__file__).resolve().parent.parent

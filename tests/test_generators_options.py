@@ -11,7 +11,6 @@ import subprocess
 
 import pytest
 import yaml
-
 from prom_harness import tool
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.generators import boards, rules

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 from aiohttp import web
-
 from sidecar_harness import FakeClock, one, start
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.settings import build_settings

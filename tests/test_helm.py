@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, require
 from prom_harness import tool
 from vllm_specdec_exporter import config as cfg

@@ -6,12 +6,11 @@ each bound is accepted by both."""
 
 from __future__ import annotations
 
-import re
 import json
+import re
 
 import pytest
 import yaml
-
 from test_helm import CHART, by_kind, helm
 from vllm_specdec_exporter import config as cfg
 from vllm_specdec_exporter.adapters import PRODUCERS

@@ -20,7 +20,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from conftest import REPO, cli_path
 from prom_harness import Prom, http_ok, serve, tool, wait_for
 from security_harness import bcrypt_hash, get, openssl

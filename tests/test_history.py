@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.history import TargetHistory
 from vllm_specdec_exporter.model import Counters

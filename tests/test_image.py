@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
 from prom_harness import http_ok, listening_port, wait_for
 

@@ -26,7 +26,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-
 from conftest import REPO
 
 AIOHTTP_WRITTEN_AGAINST = "3.14"  # major.minor

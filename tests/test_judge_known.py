@@ -10,7 +10,6 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.derive import invariant_violations
 from vllm_specdec_exporter.health import Engines, judge

@@ -7,7 +7,6 @@ import ast
 import re
 
 import pytest
-
 from conftest import REPO
 
 PACKAGE = REPO / "exporter" / "vllm_specdec_exporter"

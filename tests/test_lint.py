@@ -1,5 +1,6 @@
-"""ruff over the repository and mypy --strict over the package: lint findings and type
-errors fail the build (rule sets and strictness are configured in pyproject.toml)."""
+"""ruff over the repository (lint, import order; formatting of the package and bench) and
+mypy --strict over the package: lint findings, unformatted code and type errors fail the
+build (rule sets and strictness are configured in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_finds_no_mistakes():
     # The whole repository; .e2e/, .venv/ and .tools/ are excluded in pyproject.toml.
     proc = _run("ruff", "check", ".")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_package_and_bench_are_formatted():
+    # ruff format (line length from pyproject.toml) over the package and the benchmarks.
+    proc = _run("ruff", "format", "--check", "exporter", "bench")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 from aiohttp import web
-
 from sidecar_harness import one
 from test_glitches import V1, exporter, payload, poll_for, scrape
 from vllm_specdec_exporter import config

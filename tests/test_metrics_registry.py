@@ -8,7 +8,6 @@ import asyncio
 import re
 
 from aiohttp import web
-
 from conftest import REPO
 from test_glitches import engine_lines, exporter, payload, poll_for
 from vllm_specdec_exporter import config

@@ -18,7 +18,6 @@ import sys
 import aiohttp
 import pytest
 from aiohttp import web
-
 from conftest import REPO
 from sidecar_harness import FakeClock, start
 from vllm_specdec_exporter.parser import parse

@@ -8,7 +8,6 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter import config, parser
 from vllm_specdec_exporter.parser import ParseError, parse
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.adapters import NoSpecDecodeFamilies, extract
 from vllm_specdec_exporter.parser import NotPrometheusText, PayloadTooLarge, parse, parse_sample_line

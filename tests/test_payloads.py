@@ -7,9 +7,8 @@ import json
 from collections import defaultdict
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import PAYLOADS, run_cli
+from prometheus_client.parser import text_string_to_metric_families
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.adapters import extract
 

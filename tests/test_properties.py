@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from vllm_specdec_exporter.adapters import extract
-from vllm_specdec_exporter.model import series_name
 from vllm_specdec_exporter.derive import delta_engines
+from vllm_specdec_exporter.model import series_name
 from vllm_specdec_exporter.parser import ParseError, parse
 from vllm_specdec_exporter.summary import summarize
 

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e_vllm"))

@@ -9,7 +9,6 @@ import re
 import subprocess
 
 import yaml
-
 from conftest import REPO
 from vllm_specdec_exporter.generators import rules
 

@@ -21,7 +21,6 @@ import json
 import aiohttp
 import pytest
 from aiohttp import web
-
 from conftest import FIXTURES, PAYLOADS, run_cli
 from sidecar_harness import FakeClock, one, start
 from vllm_specdec_exporter.adapters import extract

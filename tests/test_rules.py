@@ -8,10 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import promtool_cases
 import pytest
 import yaml
-
-import promtool_cases
 from conftest import PROMTOOL_SUITES, REPO
 from prom_harness import COLLAPSE_AT, COLLAPSE_MODEL, DEAD_RANK_AT, DEAD_RANK_MODEL, HEALTHY_AL, Stack, tool, wait_for
 from vllm_specdec_exporter import config

@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import cli_path
 from http_fixtures import LoopbackServer, prom
 

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 from aiohttp import web
+from conftest import run_cli
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-
-from conftest import run_cli
 from prom_harness import wait_for
 from security_harness import Upstream, bcrypt_hash, get, make_pki, start_exporter, tls_client, write_web_config
 from seed_records import render_dump

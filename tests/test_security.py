@@ -18,12 +18,10 @@ import structlog
 import structlog.testing
 import yaml
 from aiohttp import web
-
 from conftest import run_cli
 from http_fixtures import LoopbackServer, prom
 from prom_harness import wait_for
-from security_harness import (Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status,
-                              write_web_config)
+from security_harness import Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status, write_web_config
 from seed_records import render_dump
 
 TOKEN = "sk-vllm-7f3c9e1d2b4a6085"

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import SEED_RECORDS
-from vllm_specdec_exporter.cli import main
 from seed_records import MODEL, load_records, render_dump
+from vllm_specdec_exporter.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import REPO, cli_path, require, run_cli
 from sidecar_harness import harness, run
 from vllm_specdec_exporter.settings import ConfigError, load_settings

@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-
 from sidecar_harness import harness, one, run, values
 
 P = "vllm_specdec"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import run_cli
+from prometheus_client.parser import text_string_to_metric_families
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.derive import invariant_violations
 from vllm_specdec_exporter.settings import ConfigError

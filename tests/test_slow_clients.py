@@ -13,7 +13,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import REPO
 from prom_harness import wait_for
 from security_harness import percentile, start_exporter, timed_get

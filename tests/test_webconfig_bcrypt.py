@@ -14,7 +14,6 @@ from collections import Counter
 
 import aiohttp
 import pytest
-
 from security_harness import basic, bcrypt_hash, start_exporter, write_web_config
 
 PASSWORD = "bcrypt-queue-pw-5e0b"
@@ -75,7 +74,6 @@ def test_pending_checks_are_bounded_per_client_and_in_all(tmp_path, monkeypatch)
     import threading
 
     import bcrypt
-
     from vllm_specdec_exporter import webconfig
     gate = threading.Event()
     real = bcrypt.checkpw

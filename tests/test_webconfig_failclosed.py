@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 import structlog
 import yaml
-
 from prom_harness import wait_for
-from security_harness import (bcrypt_hash, get, get_full, log_events, make_pki, start_exporter, tls_client,
-                              write_web_config)
+from security_harness import bcrypt_hash, get, get_full, log_events, make_pki, start_exporter, tls_client, write_web_config
 
 PASSWORD = "fail-closed-pw-7d1e"
 

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import run_cli
 from security_harness import get_full, log_events, start_exporter, write_web_config
 

@@ -17,7 +17,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from security_harness import basic, bcrypt_hash, get, start_exporter, write_web_config
 
 PASSWORD = "rate-limit-pw-31c9"

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from prom_harness import wait_for
 from security_harness import Serve, make_pki, openssl, tls_client, tls_status, write_web_config
 

@@ -47,11 +47,15 @@ def _duration(text: str) -> float:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument(
-        "--max-payload-bytes", type=_positive_int, default=config.DEFAULT_MAX_PAYLOAD_BYTES,
+        "--max-payload-bytes",
+        type=_positive_int,
+        default=config.DEFAULT_MAX_PAYLOAD_BYTES,
         help=f"refuse payloads larger than this (default: {config.DEFAULT_MAX_PAYLOAD_BYTES}; serve's key max_payload_bytes)",
     )
     p.add_argument(
-        "--timeout", type=_duration, default=config.DEFAULT_HTTP_TIMEOUT_SECONDS,
+        "--timeout",
+        type=_duration,
+        default=config.DEFAULT_HTTP_TIMEOUT_SECONDS,
         help=f"HTTP timeout per fetch (default: {config.DEFAULT_HTTP_TIMEOUT_SECONDS:g}s)",
     )
     p.add_argument("--producer", choices=PRODUCERS, help="read the payload as this producer's (default: detected)")
@@ -78,8 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import FLAGS  # the one table of serve's flags, their keys and environment variables
 
     for f in FLAGS:
-        serve.add_argument(f.flag, dest=f.dest, metavar=f.metavar, action="append" if f.repeat else "store",
-                           help=f"{f.help}; env {f.env}" + (f"; key {f.key}" if f.key else ""))
+        serve.add_argument(
+            f.flag,
+            dest=f.dest,
+            metavar=f.metavar,
+            action="append" if f.repeat else "store",
+            help=f"{f.help}; env {f.env}" + (f"; key {f.key}" if f.key else ""),
+        )
 
     sim = sub.add_parser("simulate", help="serve a simulated vLLM V1 /metrics driven by a scenario")
     sim.add_argument("--scenario", default="healthy", help="a built-in scenario name or a YAML file (default: healthy)")
@@ -127,8 +136,8 @@ def _verdict(span: float | None, restarted: Sequence[SeriesKey] = ()) -> Judge:
     def verdict(model: str, engines: Mapping[str, Counters]) -> Verdict:
         k = max((c.k for c in engines.values()), default=0)
         changes = [f"a restart of engine {e} between the dumps" for m, e in restarted if m == model]
-        return judge(engines, span, match_profile(profiles, model, k, None), config.DETECTION,
-                     config.DEFAULT_MIN_DRAFTS, changes)
+        return judge(engines, span, match_profile(profiles, model, k, None), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes)
+
     return verdict
 
 
@@ -144,8 +153,7 @@ def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
 
 def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.sources.count("-") > 1 or args.url == "-":
-        raise UsageError("diff cannot read stdin ('-') twice: give BEFORE or AFTER (not both) as '-', the other as "
-                         "a file or URL")
+        raise UsageError("diff cannot read stdin ('-') twice: give BEFORE or AFTER (not both) as '-', the other as a file or URL")
     if args.url:
         if args.sources or args.interval is None:
             raise UsageError("diff --url URL needs --interval (e.g. --interval 60s) and no BEFORE/AFTER")
@@ -168,15 +176,20 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     shared = before.engines.keys() & after.engines.keys()
     if shared and len(deltas.refused) == len(shared):
         key, reason = deltas.refused[0]
-        raise ParseError(f"{shown}: not an interval of the same engines ({series_name(key)}: {reason}"
-                         f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''})")
+        raise ParseError(
+            f"{shown}: not an interval of the same engines ({series_name(key)}: {reason}"
+            f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''})"
+        )
     warnings = [*before.warnings, *after.warnings, *deltas.warnings]
     if shared and set(deltas.restarted) == shared:
         # Every engine went down at once: likelier the dumps in the wrong order than N restarts. One line.
         went_down = tuple(f"{series_name(key)}: counters went down" for key in shared)
         warnings = [w for w in warnings if not w.startswith(went_down)]
-        warnings.insert(0, f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
-                           f"look swapped (give the older first), or the whole server restarted; counted from zero")
+        warnings.insert(
+            0,
+            f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
+            f"look swapped (give the older first), or the whole server restarted; counted from zero",
+        )
     summary = summarize(deltas.counters, interval, warnings, _verdict(interval, deltas.restarted))
     return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
@@ -232,8 +245,9 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: --speed must be > 0", file=sys.stderr)
         return 2
     app = create_simulator_app(Simulation(scenario, speed=args.speed))
-    print(f"simulating vLLM ({scenario.name}: {scenario.description}) on http://{host or '0.0.0.0'}:{port}/metrics",
-          file=sys.stderr)
+    print(
+        f"simulating vLLM ({scenario.name}: {scenario.description}) on http://{host or '0.0.0.0'}:{port}/metrics", file=sys.stderr
+    )
     try:
         web.run_app(app, host=host or None, port=port, print=None, access_log=None)
     except OSError as e:
@@ -254,8 +268,9 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"{PROG}: error: {e.strerror or e} (is another demo running? try --exporter-port/--simulator-port)",
-              file=sys.stderr)
+        print(
+            f"{PROG}: error: {e.strerror or e} (is another demo running? try --exporter-port/--simulator-port)", file=sys.stderr
+        )
         return 1
     return 0
 
@@ -274,8 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a bug, never a traceback: one line, exit 2
-        print(f"{PROG}: error: internal error reading the input ({type(e).__name__}: {escape(str(e)[:200])})",
-              file=sys.stderr)
+        print(f"{PROG}: error: internal error reading the input ({type(e).__name__}: {escape(str(e)[:200])})", file=sys.stderr)
         return 2
     try:
         sys.stdout.write(out)

@@ -67,8 +67,7 @@ def is_fresh(view: TargetView, now: float, staleness: float) -> bool:
 
 
 class SpecDecodeCollector(Collector):
-    def __init__(self, views: Callable[[], Iterable[TargetView]], settings: Settings,
-                 mono: Callable[[], float] = time.monotonic):
+    def __init__(self, views: Callable[[], Iterable[TargetView]], settings: Settings, mono: Callable[[], float] = time.monotonic):
         self._views = views
         self._settings = settings
         self._mono = mono
@@ -166,8 +165,26 @@ class SpecDecodeCollector(Collector):
                         _add(cond, [*labels, str(i)], c)
                     for j, share in enumerate(st.accepted_count_ratio):
                         _add(dist, [*labels, str(j)], share)
-        yield from (al, rate, pos, cond, edl, dist, drafts, span, e_al, e_rate, k, baseline, health, e_health, diagnosis,
-                    req_below, req_above, requests)
+        yield from (
+            al,
+            rate,
+            pos,
+            cond,
+            edl,
+            dist,
+            drafts,
+            span,
+            e_al,
+            e_rate,
+            k,
+            baseline,
+            health,
+            e_health,
+            diagnosis,
+            req_below,
+            req_above,
+            requests,
+        )
 
     # --- the exporter's own health ---
     def _self_metrics(self, views: list[TargetView]) -> Iterable[Metric]:
@@ -206,8 +223,21 @@ class SpecDecodeCollector(Collector):
         info = _gauge("exporter_build_info")
         info.add_metric([__version__, revision(), platform.python_version()], 1.0)
         yield target_info
-        yield from (up, polls, duration, last, resets, violations, parse_errors, refused, forgotten, inconsistent,
-                    restarts, suppressed, info)
+        yield from (
+            up,
+            polls,
+            duration,
+            last,
+            resets,
+            violations,
+            parse_errors,
+            refused,
+            forgotten,
+            inconsistent,
+            restarts,
+            suppressed,
+            info,
+        )
 
 
 class ConnectionCollector(Collector):
@@ -258,8 +288,7 @@ class Exposition:
         # body_key(encoder) -> (the state rendered, identity body, gzip body)
         self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], bytes, bytes]] = {}
 
-    async def bodies(self, encoder: Callable[[CollectorRegistry], bytes],
-                     state: tuple[object, ...]) -> tuple[bytes, bytes]:
+    async def bodies(self, encoder: Callable[[CollectorRegistry], bytes], state: tuple[object, ...]) -> tuple[bytes, bytes]:
         """(identity, gzip) bodies for ``state``: objects compared by identity (the views)."""
         key = body_key(encoder)
         async with self._lock:
@@ -290,8 +319,7 @@ def body_key(encoder: Callable[[CollectorRegistry], bytes]) -> tuple[object, ...
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     """Views by identity (immutable: a new poll is a new object); counts by value (two equal
     large ints are different objects: by identity every scrape would render again)."""
-    return len(a) == len(b) and all(x is y or (type(x) is int and type(y) is int and x == y)
-                                    for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b, strict=True))
 
 
 @functools.cache
@@ -302,8 +330,9 @@ def revision() -> str:
     if env:
         return env[:40]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=2)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=2
+        )
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -50,8 +50,15 @@ BAR_WIDTH = 30
 
 # Prometheus's duration grammar (model.ParseDuration): integer amounts, units in
 # descending order, each at most once: 500ms, 90s, 1m30s, 1h, 1d, 1w, 1y.
-_DURATION_UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0),
-                   ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+_DURATION_UNITS = (
+    ("y", 365 * 86400.0),
+    ("w", 7 * 86400.0),
+    ("d", 86400.0),
+    ("h", 3600.0),
+    ("m", 60.0),
+    ("s", 1.0),
+    ("ms", 0.001),
+)
 _DURATION_RE = re.compile("".join(rf"(?:(\d+){u})?" for u, _ in _DURATION_UNITS))
 
 
@@ -82,6 +89,7 @@ def format_duration(seconds: float) -> str:
         if n:
             parts.append(f"{n}{unit}")
     return "".join(parts) or "0s"
+
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---
 DEFAULT_LISTEN_ADDRESS = ":9746"  # unassigned in the Prometheus default-port list
@@ -143,6 +151,7 @@ PARSE_BIG_BYTES = 4 * 1024 * 1024
 # its wait for the process.
 PARSE_TIMEOUT_SECONDS = 120
 
+
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's
 # `config.health` use these very names; each value is reasoned from public healthy and
@@ -188,8 +197,16 @@ DETECTION = Detection()
 
 # --- Diagnosis: the likely cause of a fall, from the same counters (health.diagnose). A hint,
 # never a certainty: where two causes fit, both are named. Figures from baselines.md. ---
-CAUSES = ("draft_head_garbage", "draft_head_partial", "chain_break", "draft_shorter_than_k", "one_rank",
-          "configuration_change", "workload_shift", "too_good")
+CAUSES = (
+    "draft_head_garbage",
+    "draft_head_partial",
+    "chain_break",
+    "draft_shorter_than_k",
+    "one_rank",
+    "configuration_change",
+    "workload_shift",
+    "too_good",
+)
 # Draft head garbage: position 0 accepted in under 10 % of drafts on EVERY engine. Broken:
 # the bad MTP conversion 3.6 % (235 / 6590), the mis-wired k=3 layer 7 %. Not broken: the
 # lowest is random-token load at 14.9 % (healthy real traffic >= 66 %).

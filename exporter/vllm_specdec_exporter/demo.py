@@ -20,9 +20,9 @@ import aiohttp
 from aiohttp import web
 
 from . import config, metrics
+from .errors import ConfigError
 from .parser import Sample, parse
 from .render import _safe, bar
-from .errors import ConfigError
 from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
 from .summary import engine_order
@@ -42,9 +42,21 @@ MAX_SPEED = 40.0  # above it the 20 s window would hold fewer than two polls
 # decides the rest).
 FALLING = 0.98
 DEMO_WINDOW = "20s"  # the shown window at speed 1
-WANTED = [metrics.name(n) for n in ("mean_acceptance_length", "acceptance_ratio", "position_acceptance_ratio",
-                               "baseline_mean_acceptance_length", "health", "engine_health", "window_drafts",
-                               "num_speculative_tokens", "engine_mean_acceptance_length", "up")]
+WANTED = [
+    metrics.name(n)
+    for n in (
+        "mean_acceptance_length",
+        "acceptance_ratio",
+        "position_acceptance_ratio",
+        "baseline_mean_acceptance_length",
+        "health",
+        "engine_health",
+        "window_drafts",
+        "num_speculative_tokens",
+        "engine_mean_acceptance_length",
+        "up",
+    )
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +85,10 @@ class Timing:
 
 def timing(speed: float = 1.0) -> Timing:
     if not (math.isfinite(speed) and 0 < speed <= MAX_SPEED):
-        raise ConfigError("--speed", f"{speed:g} must be above 0 and at most {MAX_SPEED:g} (the "
-                                     f"{SCENARIO_WINDOWS[0]:g} s window must hold two polls)")
+        raise ConfigError(
+            "--speed",
+            f"{speed:g} must be above 0 and at most {MAX_SPEED:g} (the {SCENARIO_WINDOWS[0]:g} s window must hold two polls)",
+        )
     windows = tuple(_label(s / speed) for s in SCENARIO_WINDOWS)
     poll = min(max(POLL_SECONDS / speed, MIN_POLL_SECONDS), POLL_SECONDS)
     return Timing(speed, windows, poll, max(REFRESH_SECONDS / speed, 0.5))
@@ -90,8 +104,11 @@ def _label(seconds: float) -> str:
 def demo_settings(sim_url: str, listen_address: str, t: Timing) -> Settings:
     poll = f"{round(t.poll_seconds * 1000)}ms"
     return build_settings(
-        {"windows": list(t.windows), "health": {"window": t.shown},
-         "poll": {"interval": poll, "timeout": "2s", "max_backoff": "5s"}},
+        {
+            "windows": list(t.windows),
+            "health": {"window": t.shown},
+            "poll": {"interval": poll, "timeout": "2s", "max_backoff": "5s"},
+        },
         {"urls": [f"demo={sim_url}/metrics"], "listen_address": listen_address, "log_level": "warning"},
     )
 
@@ -123,12 +140,18 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
 
     def values(name: str, model: str | None = None, window: str | None = None, position: str | None = None) -> list[Sample]:
         match = {config.LABEL_MODEL: model, config.LABEL_WINDOW: window, config.LABEL_POSITION: position}
-        return [s for s in exp.samples.get(metrics.name(name), [])
-                if all(s.labels.get(k) == v for k, v in match.items() if v is not None)]
+        return [
+            s
+            for s in exp.samples.get(metrics.name(name), [])
+            if all(s.labels.get(k) == v for k, v in match.items() if v is not None)
+        ]
 
-    lines = [f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s"
-             + (f"   (--speed {t.speed:g}: scenario seconds)" if t.speed != 1 else ""),
-             f"  simulated vLLM: {sim_url}/metrics    exporter: {exporter_url}/  ({exporter_url}/metrics)", ""]
+    lines = [
+        f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s"
+        + (f"   (--speed {t.speed:g}: scenario seconds)" if t.speed != 1 else ""),
+        f"  simulated vLLM: {sim_url}/metrics    exporter: {exporter_url}/  ({exporter_url}/metrics)",
+        "",
+    ]
     up = values("up")
     if up and up[0].value != 1.0:
         lines.append("  target down")
@@ -142,9 +165,11 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
         floor = 1 + t.degraded_fraction * (base[0].value - 1) if base else None
         engines = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.shown)}
         before = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.against)}
-        named = {s.labels[config.LABEL_ENGINE]: s.labels[metrics.name("engine_health")]
-                 for s in values("engine_health", model)
-                 if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")}
+        named = {
+            s.labels[config.LABEL_ENGINE]: s.labels[metrics.name("engine_health")]
+            for s in values("engine_health", model)
+            if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")
+        }
         for engine, v in engines.items():
             if engine in named or math.isnan(v):
                 continue
@@ -156,25 +181,38 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
         drafts = values("window_drafts", model, t.shown)
         lines.append(f"model {_safe(model)}   k={k}   figures and health over {over}   health: {state.upper()}{why}")
         # The threshold the verdict uses, not the profile's AL: OK at 2.1 under a profile of 2.27 is right.
-        against = (f"healthy from {floor:.3f} = 1 + {t.degraded_fraction:g} x (profile {base[0].value:.2f} - 1)"
-                   if base and floor is not None else "no baseline profile")
-        lines.append(f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}   {against}"
-                     f"   ceiling {k + 1:.2f}   drafts in window {drafts[0].value if drafts else 0:,.0f}")
+        against = (
+            f"healthy from {floor:.3f} = 1 + {t.degraded_fraction:g} x (profile {base[0].value:.2f} - 1)"
+            if base and floor is not None
+            else "no baseline profile"
+        )
+        lines.append(
+            f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}   {against}"
+            f"   ceiling {k + 1:.2f}   drafts in window {drafts[0].value if drafts else 0:,.0f}"
+        )
         for pos in range(k):
             p = values("position_acceptance_ratio", model, t.shown, str(pos))
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
         if engines:
-            cells = [f"{_safe(e, 24)}:{v:.2f}{'!' if v - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
-                     for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))]  # any label string
+            cells = [
+                f"{_safe(e, 24)}:{v:.2f}{'!' if v - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
+                for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))
+            ]  # any label string
             lines.append("  per engine AL  " + "  ".join(cells))
         lines.append("")
     lines.append("Ctrl-C stops both.")
     return "\n".join(lines)
 
 
-async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float | None = None,
-                   exporter_port: int = 9746, simulator_port: int = 18000, refresh: float | None = None) -> None:
+async def run_demo(
+    scenario: str = "demo",
+    speed: float = 1.0,
+    duration: float | None = None,
+    exporter_port: int = 9746,
+    simulator_port: int = 18000,
+    refresh: float | None = None,
+) -> None:
     """``duration``: real seconds (a wall-clock stop); everything else runs in scenario time."""
     t = timing(speed)
     stop = asyncio.Event()
@@ -187,8 +225,11 @@ async def run_demo(scenario: str = "demo", speed: float = 1.0, duration: float |
     exp_runner, exporter_url = await _start(create_app(settings), "127.0.0.1", exporter_port)
     tty = sys.stdout.isatty()
     started = time.monotonic()
-    print(f"simulator: {sim_url}/metrics\nexporter:  {exporter_url}/   {exporter_url}/metrics   "
-          f"{exporter_url}/api/v1/summary?window={t.shown}\n", flush=True)
+    print(
+        f"simulator: {sim_url}/metrics\nexporter:  {exporter_url}/   {exporter_url}/metrics   "
+        f"{exporter_url}/api/v1/summary?window={t.shown}\n",
+        flush=True,
+    )
     try:
         async with aiohttp.ClientSession() as session:
             while not stop.is_set():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-
 from dataclasses import dataclass, field, replace
 
 from . import config
@@ -54,8 +53,9 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
     (``seconds`` infinite when unknown). README "A glitch is not a restart"."""
     base = align_k(base, now)
     # A total at 0 (a head that never accepted) cannot go down: it does not vote against a restart.
-    totals_down = now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and (
-        now.accepted < base.accepted or base.accepted == 0)
+    totals_down = (
+        now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and (now.accepted < base.accepted or base.accepted == 0)
+    )
     if totals_down:
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"
@@ -94,8 +94,9 @@ def _histogram_delta(before: RequestHistogram | None, after: RequestHistogram | 
     if not pairs or any(a < b for b, a in pairs):
         return None
     assert before is not None and after is not None
-    return RequestHistogram(after.edges, tuple(a - b for b, a in zip(before.cumulative, after.cumulative, strict=True)),
-                            after.count - before.count)
+    return RequestHistogram(
+        after.edges, tuple(a - b for b, a in zip(before.cumulative, after.cumulative, strict=True)), after.count - before.count
+    )
 
 
 def sum_histograms(items: list[RequestHistogram | None]) -> RequestHistogram | None:
@@ -105,8 +106,7 @@ def sum_histograms(items: list[RequestHistogram | None]) -> RequestHistogram | N
     if first is None or any(h is None or h.edges != first.edges for h in items):
         return None
     hs = [h for h in items if h is not None]
-    return RequestHistogram(first.edges, tuple(map(sum, zip(*(h.cumulative for h in hs), strict=True))),
-                            sum(h.count for h in hs))
+    return RequestHistogram(first.edges, tuple(map(sum, zip(*(h.cumulative for h in hs), strict=True))), sum(h.count for h in hs))
 
 
 def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
@@ -122,8 +122,11 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
     if before is None or _restarted(before, after):
         return after, before is not None
     generation = None
-    if before.generation_tokens is not None and after.generation_tokens is not None \
-            and after.generation_tokens >= before.generation_tokens:
+    if (
+        before.generation_tokens is not None
+        and after.generation_tokens is not None
+        and after.generation_tokens >= before.generation_tokens
+    ):
         generation = after.generation_tokens - before.generation_tokens
     return (
         Counters(
@@ -250,9 +253,15 @@ class RequestAcceptance:
         return self.below_edge == config.REQUEST_ACCEPTANCE_LOW and self.above_edge == config.REQUEST_ACCEPTANCE_HIGH
 
     def to_json(self) -> dict[str, object]:
-        return {"requests": _count(self.requests), "below_edge": self.below_edge, "below_ratio": self.below_ratio,
-                "above_edge": self.above_edge, "above_ratio": self.above_ratio, "exact": self.exact,
-                "thresholds": [config.REQUEST_ACCEPTANCE_LOW, config.REQUEST_ACCEPTANCE_HIGH]}
+        return {
+            "requests": _count(self.requests),
+            "below_edge": self.below_edge,
+            "below_ratio": self.below_ratio,
+            "above_edge": self.above_edge,
+            "above_ratio": self.above_ratio,
+            "exact": self.exact,
+            "thresholds": [config.REQUEST_ACCEPTANCE_LOW, config.REQUEST_ACCEPTANCE_HIGH],
+        }
 
 
 def request_acceptance(h: RequestHistogram) -> RequestAcceptance:
@@ -332,7 +341,6 @@ class Stats:
         return out
 
 
-
 def _count(v: float | None) -> float | int | None:
     if v is None or not math.isfinite(v):
         return None
@@ -352,10 +360,11 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
     # The ratios over drafts are ``ratio`` written out (it runs per engine, per window, per poll).
     per_pos = list(c.per_position)
     k, drafts, isfinite = len(per_pos), c.drafts, math.isfinite
-    survival: list[float | None] = [x if isfinite(x := v / drafts) else None for v in per_pos] if drafts > 0 \
-        else [None] * k
-    conditional: list[float | None] = [(x if isfinite(x := v / prev) else None) if prev > 0 else None
-                                       for prev, v in zip([drafts, *per_pos], per_pos, strict=False)]
+    survival: list[float | None] = [x if isfinite(x := v / drafts) else None for v in per_pos] if drafts > 0 else [None] * k
+    conditional: list[float | None] = [
+        (x if isfinite(x := v / prev) else None) if prev > 0 else None
+        for prev, v in zip([drafts, *per_pos], per_pos, strict=False)
+    ]
     at_k: list[float | None] = [None] * k
     if drafts > 0:
         running = 1.0
@@ -364,8 +373,9 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
             at_k[i] = running
     # Steps with exactly j accepted: survivors at j minus survivors at j + 1.
     exactly = [a - b for a, b in zip([drafts, *per_pos], [*per_pos, 0.0], strict=True)] if k else []
-    count_ratio: list[float | None] = [x if isfinite(x := v / drafts) else None for v in exactly] if drafts > 0 \
-        else [None] * len(exactly)
+    count_ratio: list[float | None] = (
+        [x if isfinite(x := v / drafts) else None for v in exactly] if drafts > 0 else [None] * len(exactly)
+    )
 
     def per_second(v: float) -> float | None:
         return ratio(v, interval_seconds) if interval_seconds else None

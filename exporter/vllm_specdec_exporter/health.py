@@ -20,9 +20,7 @@ from .derive import Stats, derive, invariant_violations, sum_counters
 from .model import BaselineProfile, Counters
 
 
-def match_profile(
-    profiles: Sequence[BaselineProfile], model_name: str, k: int, method: str | None
-) -> BaselineProfile | None:
+def match_profile(profiles: Sequence[BaselineProfile], model_name: str, k: int, method: str | None) -> BaselineProfile | None:
     return next((p for p in profiles if p.matches(model_name, k, method)), None)
 
 
@@ -93,12 +91,12 @@ CAUSE_TEXT = {
     "draft_head_garbage": "the draft head produces garbage (a broken quantised conversion or loader)",
     "draft_head_partial": "a partly broken draft head (conversion, loader, draft sampling or context)",
     "chain_break": "the draft chain breaks after the first position (k beyond what the draft was trained for, "
-                   "or a mis-wired later layer)",
+    "or a mis-wired later layer)",
     "draft_shorter_than_k": "the draft produces fewer tokens than k (lower k, or fix the draft)",
     "one_rank": "one rank (a rank-specific load, device or node)",
     "configuration_change": "a configuration change (a restart, a new k, a new version)",
     "workload_shift": "a workload shift (traffic mix, temperature, synthetic random-token load), or a partly "
-                      "broken draft path (draft sampling, missing draft context)",
+    "broken draft path (draft sampling, missing draft context)",
     "too_good": "too good to be true (repetition loops, a broken detector or broken metrics)",
 }
 
@@ -127,29 +125,52 @@ def _chain(total: Counters, min_drafts: int) -> list[Hint]:
     if dead and total.per_position[0] > 0 and drafts >= max(min_drafts, 1):
         per_draft = total.draft_tokens / drafts
         if per_draft < dead[0] + 0.5:  # vLLM drafted only up to the dead positions: k itself changed
-            hints.append(Hint("configuration_change", f"{per_draft:.2f} draft tokens per draft while the series say "
-                                                      f"k={k}: k was {dead[0]} over this interval "
-                                                      f"({_positions(dead)} did not move)"))
-        elif total.per_position[0] / drafts >= config.DIAG_GARBAGE_POSITION0 \
-                and total.per_position[dead[0] - 1] >= config.DIAG_MIN_REACHED:
+            hints.append(
+                Hint(
+                    "configuration_change",
+                    f"{per_draft:.2f} draft tokens per draft while the series say "
+                    f"k={k}: k was {dead[0]} over this interval "
+                    f"({_positions(dead)} did not move)",
+                )
+            )
+        elif (
+            total.per_position[0] / drafts >= config.DIAG_GARBAGE_POSITION0
+            and total.per_position[dead[0] - 1] >= config.DIAG_MIN_REACHED
+        ):
             # Zero only means something where many drafts reached the position: behind a
             # garbage head (16 of 550 drafts past position 0) zeros are its consequence.
-            hints.append(Hint("draft_shorter_than_k", f"{_positions(dead)} accepted in exactly 0 of "
-                                                      f"{drafts:,.0f} drafts at k={k}: try k={dead[0]}"))
+            hints.append(
+                Hint(
+                    "draft_shorter_than_k",
+                    f"{_positions(dead)} accepted in exactly 0 of {drafts:,.0f} drafts at k={k}: try k={dead[0]}",
+                )
+            )
     live = dead[0] if dead else k
     pos0 = total.per_position[0] / drafts if k and drafts > 0 else 0.0
     chain = (drafts, *total.per_position[:live])
     broken = [i for i in range(1, live) if chain[i] > 0 and chain[i + 1] / chain[i] < config.DIAG_CHAIN_BREAK_CONDITIONAL]
     if pos0 >= config.DIAG_GARBAGE_POSITION0 and broken:
         i = broken[0]
-        hints.append(Hint("chain_break", f"position 0 accepted in {_pct(pos0)} of drafts, position {i} in "
-                                         f"{_pct(chain[i + 1] / chain[i])} of those that reached it"))
+        hints.append(
+            Hint(
+                "chain_break",
+                f"position 0 accepted in {_pct(pos0)} of drafts, position {i} in "
+                f"{_pct(chain[i + 1] / chain[i])} of those that reached it",
+            )
+        )
     return hints
 
 
-def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, fell: bool | None = None,
-             changes: Sequence[str] = (), earlier: Earlier | None = None,
-             profile: BaselineProfile | None = None, known: Known | None = None) -> tuple[Hint, ...]:
+def diagnose(
+    engines: Mapping[str, Counters],
+    det: Detection,
+    min_drafts: int,
+    fell: bool | None = None,
+    changes: Sequence[str] = (),
+    earlier: Earlier | None = None,
+    profile: BaselineProfile | None = None,
+    known: Known | None = None,
+) -> tuple[Hint, ...]:
     """Fingerprints of the causes in one interval's counters: the one classifier every surface
     uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
 
@@ -159,9 +180,13 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     diff): only a fall seen there, with no change, is called a workload shift; ``profile``:
     one rank is named only while the others stand above it (and above their earlier figure);
     ``known``: what summarize computed of ``engines``."""
-    judged = {e: c for e, c in engines.items()
-              if c.drafts >= max(min_drafts, 1) and c.k
-              and not (e in known.broken if known is not None else invariant_violations(c, "engine"))}
+    judged = {
+        e: c
+        for e, c in engines.items()
+        if c.drafts >= max(min_drafts, 1)
+        and c.k
+        and not (e in known.broken if known is not None else invariant_violations(c, "engine"))
+    }
     if not judged:
         return ()
     if known is not None and len(judged) == len(engines):  # the same engines summed in the same order
@@ -172,11 +197,18 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     gain = _gain(total)
     hints: list[Hint] = []
     if st.acceptance_rate is not None and st.acceptance_rate > config.DIAG_TOO_GOOD_ACCEPTANCE:
-        hints.append(Hint("too_good", f"acceptance {_pct(st.acceptance_rate)} of {total.draft_tokens:,.0f} draft "
-                                      f"tokens (healthy real traffic: at most ~96 %)"))
+        hints.append(
+            Hint(
+                "too_good",
+                f"acceptance {_pct(st.acceptance_rate)} of {total.draft_tokens:,.0f} draft "
+                f"tokens (healthy real traffic: at most ~96 %)",
+            )
+        )
     shape = _chain(total, min_drafts)
-    bad = sorted((e for e, c in judged.items() if _gain(c) < det.collapse_margin
-                  or _gain(c) < det.engine_lag_fraction * gain), key=lambda e: _gain(judged[e]))
+    bad = sorted(
+        (e for e, c in judged.items() if _gain(c) < det.collapse_margin or _gain(c) < det.engine_lag_fraction * gain),
+        key=lambda e: _gain(judged[e]),
+    )
     pos0 = total.per_position[0] / total.drafts  # drafts > 0: every judged engine has min_drafts
     if fell is None:
         fell = gain < det.collapse_margin or bool(bad) or pos0 < det.position0_floor
@@ -188,32 +220,45 @@ def diagnose(engines: Mapping[str, Counters], det: Detection, min_drafts: int, f
     rest = sum_counters(c for e, c in judged.items() if e not in bad)
     if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
         worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:3])
-        falls.append(Hint("one_rank", f"{worst} while the other {len(judged) - len(bad)} are at AL "
-                                      f"{1 + _gain(rest):.3f}"))
+        falls.append(Hint("one_rank", f"{worst} while the other {len(judged) - len(bad)} are at AL {1 + _gain(rest):.3f}"))
     zero = [e for e, c in judged.items() if c.per_position[0] / c.drafts < config.DIAG_GARBAGE_POSITION0]
     if len(zero) == len(judged):
         where = "on every engine" if len(judged) > 1 else "on its only engine"
         falls.append(Hint("draft_head_garbage", f"position 0 accepted in {_pct(pos0)} of drafts, {where}"))
     # The head itself is weak (position 0 under the floor): named even beside a restart or a
     # chain shape (both fit); never beside garbage or one rank, which say more.
-    if not any(h.cause in ("one_rank", "draft_head_garbage") for h in falls) and (
-            not shape or pos0 < det.position0_floor):
+    if not any(h.cause in ("one_rank", "draft_head_garbage") for h in falls) and (not shape or pos0 < det.position0_floor):
         cond = [v for v in st.conditional_acceptance[1:] if v is not None]
         then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
         before = earlier.gain if earlier is not None else None
         if changes:
-            falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low since "
-                                                    f"{', '.join(changes)}: position 0 at {_pct(pos0)}{then}"))
+            falls.append(
+                Hint(
+                    "draft_head_partial",
+                    f"every engine ({len(judged)}) and every position low since "
+                    f"{', '.join(changes)}: position 0 at {_pct(pos0)}{then}",
+                )
+            )
         elif earlier is not None and before is not None and _fell(total, det, earlier, None):
-            falls.append(Hint("workload_shift", f"every engine ({len(judged)}) and every position lower together: "
-                                                f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
-                                                f"{1 + before:.3f} over {earlier.label}, with no restart or k change"))
+            falls.append(
+                Hint(
+                    "workload_shift",
+                    f"every engine ({len(judged)}) and every position lower together: "
+                    f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
+                    f"{1 + before:.3f} over {earlier.label}, with no restart or k change",
+                )
+            )
         else:
             # Nothing earlier to compare with: at the start of a deployment the head is the likelier cause.
-            falls.append(Hint("draft_head_partial", f"every engine ({len(judged)}) and every position low: position "
-                                                    f"0 at {_pct(pos0)}{then}, with no fall seen (nothing earlier "
-                                                    f"to compare with); synthetic random-token load gives the same "
-                                                    f"counters"))
+            falls.append(
+                Hint(
+                    "draft_head_partial",
+                    f"every engine ({len(judged)}) and every position low: position "
+                    f"0 at {_pct(pos0)}{then}, with no fall seen (nothing earlier "
+                    f"to compare with); synthetic random-token load gives the same "
+                    f"counters",
+                )
+            )
     return tuple(falls + shape + hints)
 
 
@@ -236,8 +281,9 @@ def _idle(c: Counters, span: float | None, det: Detection, min_drafts: int) -> b
     return c.drafts < max(min_drafts, 1) or (span is not None and (span <= 0 or c.drafts / span < det.min_drafts_per_second))
 
 
-def engine_state(c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int,
-                 broken: bool | None = None) -> str:
+def engine_state(
+    c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int, broken: bool | None = None
+) -> str:
     """``broken``: whether the engine's invariants are broken, when already known."""
     if _idle(c, span, det, min_drafts):
         return "idle"
@@ -250,9 +296,15 @@ def engine_state(c: Counters, model_gain: float | None, span: float | None, det:
     return "ok"
 
 
-def judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
-          det: Detection, min_drafts: int, changes: Sequence[str] = (),
-          earlier: Earlier | None = None) -> Verdict:
+def judge(
+    engines: Mapping[str, Counters],
+    span: float | None,
+    profile: BaselineProfile | None,
+    det: Detection,
+    min_drafts: int,
+    changes: Sequence[str] = (),
+    earlier: Earlier | None = None,
+) -> Verdict:
     """The verdict over one interval (``engines``: its counter increments; ``span``: its seconds,
     None when unknown, as between two dumps), with the likely causes (``diagnose``). ``engines``
     from summarize (``Engines``) bring what it computed of them (``Known``)."""
@@ -264,14 +316,23 @@ def judge(engines: Mapping[str, Counters], span: float | None, profile: Baseline
     return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile, known))
 
 
-def _judge(engines: Mapping[str, Counters], span: float | None, profile: BaselineProfile | None,
-           det: Detection, min_drafts: int, earlier: Earlier | None = None, known: Known | None = None) -> Verdict:
+def _judge(
+    engines: Mapping[str, Counters],
+    span: float | None,
+    profile: BaselineProfile | None,
+    det: Detection,
+    min_drafts: int,
+    earlier: Earlier | None = None,
+    known: Known | None = None,
+) -> Verdict:
     if not engines:
         return Verdict("idle", "no drafts in the window", {})
     total = known.total if known is not None else sum_counters(engines.values())
     model_gain = None if total.drafts <= 0 else _gain(total)
-    states = {e: engine_state(c, model_gain, span, det, min_drafts, None if known is None else e in known.broken)
-              for e, c in engines.items()}
+    states = {
+        e: engine_state(c, model_gain, span, det, min_drafts, None if known is None else e in known.broken)
+        for e, c in engines.items()
+    }
     if _idle(total, span, det, min_drafts):
         return Verdict("idle", f"under {det.min_drafts_per_second:g} drafts/s or {min_drafts} drafts", states)
     if known.total_broken if known is not None else invariant_violations(total, "model"):
@@ -281,7 +342,6 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
     if al is None:  # no drafts at all (possible only with min_drafts 0)
         return Verdict("idle", "no drafts", states)
     if al - 1.0 < det.collapse_margin:
-
         return Verdict("collapsed", f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}", states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
     floor = None if profile is None else 1 + det.degraded_fraction * (profile.mean_acceptance_length - 1)
@@ -295,13 +355,24 @@ def _judge(engines: Mapping[str, Counters], span: float | None, profile: Baselin
         # Low against a profile, or after it was better: a fall. Low from the start with neither:
         # a steady weak drafter and a partly broken one cannot be told apart (as the alert).
         if profile is None and not (earlier is not None and earlier.position0_healthy):
-            return Verdict("unknown", f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g} from the start, "
-                           f"with no profile: a weak drafter or a partly broken one", states)
-        return Verdict("degraded", f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g}: a broken draft "
-                       f"path, or synthetic random-token load such as a benchmark", states)
+            return Verdict(
+                "unknown",
+                f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g} from the start, "
+                f"with no profile: a weak drafter or a partly broken one",
+                states,
+            )
+        return Verdict(
+            "degraded",
+            f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g}: a broken draft "
+            f"path, or synthetic random-token load such as a benchmark",
+            states,
+        )
     if profile is not None and floor is not None:
         if al < floor:
-            return Verdict("degraded", f"mean acceptance length {al:.3f} < {floor:.3f} "
-                           f"(profile {profile.name}: {profile.mean_acceptance_length:g})", states)
+            return Verdict(
+                "degraded",
+                f"mean acceptance length {al:.3f} < {floor:.3f} (profile {profile.name}: {profile.mean_acceptance_length:g})",
+                states,
+            )
         return Verdict("ok", f"mean acceptance length {al:.3f}", states)
     return Verdict("unknown", f"mean acceptance length {al:.3f}; no baseline profile", states)

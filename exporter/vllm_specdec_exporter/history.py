@@ -90,8 +90,7 @@ class _Side:
     absent: bool = False
     restarted: bool = False  # the counters restarted since this series was last counted
 
-    def step(self, shape: tuple[float, ...], values: tuple[float, ...] | None, restarted: bool,
-             restarting: bool) -> str | None:
+    def step(self, shape: tuple[float, ...], values: tuple[float, ...] | None, restarted: bool, restarting: bool) -> str | None:
         """Fold one poll in; why it was not counted, when it was not and that is news."""
         self.restarted |= restarted
         if values is None:
@@ -109,8 +108,11 @@ class _Side:
             self.base, self.pending = values, None
             return None
         odd = "other buckets" if shape != self.shape else "went down without a restart"
-        if self.pending is not None and self.pending[0] == shape and all(
-                a >= b for b, a in zip(self.pending[1], values, strict=True)):
+        if (
+            self.pending is not None
+            and self.pending[0] == shape
+            and all(a >= b for b, a in zip(self.pending[1], values, strict=True))
+        ):
             self._rebase(shape, values, count=self.restarted)  # two in a row: the new base, nothing added
             return f"{odd} twice in a row; counted from here"
         self.pending = (shape, values)
@@ -154,8 +156,9 @@ class _Engine:
         request_acceptance = None
         if hist.shape is not None:
             request_acceptance = RequestHistogram(hist.shape, hist.total[:-1], hist.total[-1])
-        return replace(self.total, generation_tokens=gen.total[0] if gen.shape is not None else None,
-                       request_acceptance=request_acceptance)
+        return replace(
+            self.total, generation_tokens=gen.total[0] if gen.shape is not None else None, request_acceptance=request_acceptance
+        )
 
 
 class TargetHistory:
@@ -178,8 +181,12 @@ class TargetHistory:
         """When each held engine was last seen (for ``admit``)."""
         return {k: e.seen for k, e in self._engines.items()}
 
-    def admit(self, raw: Mapping[SeriesKey, Counters], cap: int, max_models: int,
-              ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
+    def admit(
+        self,
+        raw: Mapping[SeriesKey, Counters],
+        cap: int,
+        max_models: int,
+    ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
         return admit(raw, self.seen(), cap, max_models)
 
     def observe(self, t: float, raw: Mapping[SeriesKey, Counters], forget: Sequence[SeriesKey] = ()) -> Observation:
@@ -264,10 +271,13 @@ class TargetHistory:
         e.histogram.reset_total()
 
     @staticmethod
-    def _step_sides(e: _Engine, key: SeriesKey, now: Counters, restarted: bool, restarting: bool,
-                    skipped: list[tuple[SeriesKey, str]]) -> None:
-        for name, side, read in (("generation tokens", e.generation, _generation),
-                                 ("per-request histogram", e.histogram, _histogram)):
+    def _step_sides(
+        e: _Engine, key: SeriesKey, now: Counters, restarted: bool, restarting: bool, skipped: list[tuple[SeriesKey, str]]
+    ) -> None:
+        for name, side, read in (
+            ("generation tokens", e.generation, _generation),
+            ("per-request histogram", e.histogram, _histogram),
+        ):
             if (why := side.step(*read(now), restarted, restarting)) is not None:
                 skipped.append((key, f"{name}: {why}"))
 
@@ -284,8 +294,12 @@ class TargetHistory:
         return len({id(s) for ring in self._rings.values() for s in ring})
 
 
-def admit(raw: Mapping[SeriesKey, Counters], held: Mapping[SeriesKey, float], cap: int, max_models: int,
-          ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
+def admit(
+    raw: Mapping[SeriesKey, Counters],
+    held: Mapping[SeriesKey, float],
+    cap: int,
+    max_models: int,
+) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
     """Which of a poll's engines may be held: (kept, refused count, engines to forget).
 
     ``held`` maps each engine held to when it was last seen. Engines already held come

@@ -57,20 +57,21 @@ class WorkerError(Exception):
         return WorkerError, (str(self), self.details)
 
 
-async def read(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
-               max_series: int) -> Read | Failure:
+async def read(
+    body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+) -> Read | Failure:
     """``read_payload``, in a parsing process for a big payload. Raises ``WorkerError`` on
     an unexpected exception in the parse, or when the parsing process died or took too long."""
     args = (body, max_bytes, producer, held, max_series)
-    got = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES \
-        else read_payload(*args)
+    got = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES else read_payload(*args)
     if isinstance(got, WorkerError):
         raise got
     return got
 
 
-def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float],
-                 max_series: int) -> Read | Failure | WorkerError:
+def read_payload(
+    body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+) -> Read | Failure | WorkerError:
     """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
     process for big payloads, so what it hands back is small (at most ``max_series``
     engines, a few warnings) and the expected failures come back as values: exceptions
@@ -78,8 +79,9 @@ def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mappin
     try:
         snapshot = extract(body, max_bytes, producer)
     except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
-        return Failure(_RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e),
-                       dict(getattr(e, "generation", None) or {}))
+        return Failure(
+            _RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e), dict(getattr(e, "generation", None) or {})
+        )
     except Exception as e:
         return WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
     kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
@@ -90,8 +92,12 @@ def read_payload(body: bytes, max_bytes: int, producer: str | None, held: Mappin
 
 
 # In this order: the first class a failure is an instance of names it.
-_RESULTS = {PayloadTooLarge: "too_large", NotPrometheusText: "not_prometheus",
-            UnsupportedProducer: "unsupported_producer", NoSpecDecodeFamilies: "no_spec_decode"}
+_RESULTS = {
+    PayloadTooLarge: "too_large",
+    NotPrometheusText: "not_prometheus",
+    UnsupportedProducer: "unsupported_producer",
+    NoSpecDecodeFamilies: "no_spec_decode",
+}
 
 
 # The parsing processes, one per lane, each started on its lane's first payload: payloads

@@ -37,7 +37,7 @@ _UNESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 # Canonical lines (what prometheus_client and Go clients write: no blanks inside
 # the braces, no escapes) take one regex; anything else goes to the careful path.
 _FAST_LINE_RE = re.compile(
-    r'([a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r"([a-zA-Z_:][a-zA-Z0-9_:]*)"
     r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*)?),?\})?'
     r"[ \t]+([^ \t#]+)(?:[ \t]+([^ \t#]+))?[ \t]*(?:#.*)?"
 )
@@ -332,8 +332,18 @@ def _lines_re(needles: Iterable[bytes]) -> tuple[re.Pattern[bytes], re.Pattern[b
     skip to the next line start in C, ~3x faster over a stretch than trying '^' at each byte),
     and the same without it, for the payload's first line."""
     names = _alternatives(needles)
-    line = (rb"(?:(" + names + _B_SERIES_LABELS + rb")[ \t]+(" + _B_NUMBER + rb")(?:[ \t]+(" + _B_NUMBER
-            + rb"))?[ \t]*(?:#[^\n]*)?[ \t\r]*$|" + names + rb"[{ \t])")
+    line = (
+        rb"(?:("
+        + names
+        + _B_SERIES_LABELS
+        + rb")[ \t]+("
+        + _B_NUMBER
+        + rb")(?:[ \t]+("
+        + _B_NUMBER
+        + rb"))?[ \t]*(?:#[^\n]*)?[ \t\r]*$|"
+        + names
+        + rb"[{ \t])"
+    )
     return re.compile(b"\n" + line, re.MULTILINE), re.compile(line, re.MULTILINE)
 
 
@@ -371,8 +381,11 @@ def _series(raw: bytes) -> tuple[str, dict[str, str], int] | None:
     strings = _SERIES_STRINGS if kept else {}  # a series not kept leaves no string behind either
     name = text if brace == -1 else text[:brace]
     name = strings.setdefault(name, name)
-    pairs = [] if brace == -1 else [(strings.setdefault(k, k), strings.setdefault(v, v))
-                                    for k, v in _FAST_LABEL_RE.findall(text, brace)]
+    pairs = (
+        []
+        if brace == -1
+        else [(strings.setdefault(k, k), strings.setdefault(v, v)) for k, v in _FAST_LABEL_RE.findall(text, brace)]
+    )
     labels = dict(pairs)
     if len(labels) != len(pairs):
         return None

@@ -31,8 +31,18 @@ from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
-POLL_RESULTS = ("success", "http_error", "timeout", "connect_error", "invalid_url", "too_large",
-                "not_prometheus", "no_spec_decode", "unsupported_producer", "error")
+POLL_RESULTS = (
+    "success",
+    "http_error",
+    "timeout",
+    "connect_error",
+    "invalid_url",
+    "too_large",
+    "not_prometheus",
+    "no_spec_decode",
+    "unsupported_producer",
+    "error",
+)
 
 
 class TargetPoller:
@@ -51,8 +61,7 @@ class TargetPoller:
         self.wall = wall
         self.history = TargetHistory(settings.windows, settings.windows[-1][1] + settings.staleness)
         # Hard bound on the model/engine series held, per target and over all targets.
-        self.max_series = min(settings.max_series_per_target,
-                              max(1, config.MAX_SERIES_TOTAL // max(1, len(settings.targets))))
+        self.max_series = min(settings.max_series_per_target, max(1, config.MAX_SERIES_TOTAL // max(1, len(settings.targets))))
         self.failures = 0
         self._polls = {r: 0 for r in POLL_RESULTS}
         self._buckets = [0] * len(POLL_DURATION_BUCKETS)
@@ -88,12 +97,16 @@ class TargetPoller:
         error: str | None = None
         try:
             body = await fetch_metrics(
-                self.session, self.target.url, max_bytes=self.settings.max_payload_bytes,
-                timeout=self.settings.poll_timeout, headers=self._headers(),
+                self.session,
+                self.target.url,
+                max_bytes=self.settings.max_payload_bytes,
+                timeout=self.settings.poll_timeout,
+                headers=self._headers(),
             )
             # A big payload is read in a parsing process, so /healthz and /metrics keep answering.
-            got = await parse_pool.read(body, self.settings.max_payload_bytes, self.target.producer,
-                                        self.history.seen(), self.max_series)
+            got = await parse_pool.read(
+                body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series
+            )
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation
             else:
@@ -136,8 +149,12 @@ class TargetPoller:
         for mv in models:
             w = mv.windows.get(self.settings.health_window)
             pos0 = w.stats.per_position_acceptance[0] if w is not None and w.stats.k else None
-            if pos0 is not None and pos0 >= self.settings.detection.position0_floor \
-                    and w is not None and w.stats.num_drafts >= self.settings.min_drafts:
+            if (
+                pos0 is not None
+                and pos0 >= self.settings.detection.position0_floor
+                and w is not None
+                and w.stats.num_drafts >= self.settings.min_drafts
+            ):
                 self._position0_healthy_at[mv.model_name] = now
         horizon = now - config.POSITION0_LOOKBACK_SECONDS
         self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
@@ -168,8 +185,14 @@ class TargetPoller:
             if duration <= bound:
                 self._buckets[i] += 1
         view = self.view
-        return replace(view, last_result=result, polls=dict(self._polls), duration_buckets=tuple(self._buckets),
-                       duration_sum=view.duration_sum + duration, duration_count=view.duration_count + 1)
+        return replace(
+            view,
+            last_result=result,
+            polls=dict(self._polls),
+            duration_buckets=tuple(self._buckets),
+            duration_sum=view.duration_sum + duration,
+            duration_count=view.duration_count + 1,
+        )
 
     def _record_failure(self, result: str, error: str | None, duration: float) -> None:
         view = self.view
@@ -187,8 +210,16 @@ class TargetPoller:
         if self.view.last_result != result:
             log.warning("spec_decode_off", target=self.target.name, error=error)
         self.failures = 0
-        self.view = replace(self._counted(result, duration), up=True, last_error=error, last_success_wall=self.wall(),
-                            last_success_mono=self.mono(), raw={}, models=(), generation_only=dict(generation))
+        self.view = replace(
+            self._counted(result, duration),
+            up=True,
+            last_error=error,
+            last_success_wall=self.wall(),
+            last_success_mono=self.mono(),
+            raw={},
+            models=(),
+            generation_only=dict(generation),
+        )
 
     async def _record_success(self, read: Read, duration: float) -> None:
         view = self.view
@@ -198,8 +229,9 @@ class TargetPoller:
         # The views read the history (only this poller writes it, and it waits here): in a
         # thread, as at 4,096 engines they take ~0.4 s that /healthz would otherwise wait.
         raw = _consistent(self.history, read.kept)
-        models, spans = await asyncio.to_thread(self._views, raw, self._recent_changes(now, observation, read.kept),
-                                                set(self._position0_healthy_at))
+        models, spans = await asyncio.to_thread(
+            self._views, raw, self._recent_changes(now, observation, read.kept), set(self._position0_healthy_at)
+        )
         self._remember_position0(now, models)
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
@@ -208,11 +240,15 @@ class TargetPoller:
         self._last_exception = None
         snapshot = read.snapshot
         if read.refused:
-            self._warn_once(f"model/engine series over the {self.max_series} held per target (max_series_per_target) "
-                            f"or over {config.MAX_MODELS_PER_TARGET} models refused")
+            self._warn_once(
+                f"model/engine series over the {self.max_series} held per target (max_series_per_target) "
+                f"or over {config.MAX_MODELS_PER_TARGET} models refused"
+            )
         if read.forget:
-            self._warn_once(f"model/engine series unseen the longest forgotten to stay within the "
-                            f"{self.max_series} held per target (max_series_per_target)")
+            self._warn_once(
+                f"model/engine series unseen the longest forgotten to stay within the "
+                f"{self.max_series} held per target (max_series_per_target)"
+            )
         violations = snapshot.impossible_values
         for key, inc in observation.increments.items():
             for message in invariant_violations(inc, series_name(key)):
@@ -227,15 +263,25 @@ class TargetPoller:
         for key in observation.appeared:
             self._appeared_logged += 1
             if self._appeared_logged <= 100:  # churn of labels is not a flood of log lines
-                log.info("engine_appeared", target=self.target.name, series=series_name(key)[:300],
-                         note="the last one logged" if self._appeared_logged == 100 else None)
+                log.info(
+                    "engine_appeared",
+                    target=self.target.name,
+                    series=series_name(key)[:300],
+                    note="the last one logged" if self._appeared_logged == 100 else None,
+                )
         for message in snapshot.warnings:
             self._warn_once(message)
         for k in sorted({c.k for c in read.kept.values()} - set(range(config.MAX_SPECULATIVE_TOKENS + 1))):
-            self._warn_once(f"k={k} is above the {config.MAX_SPECULATIVE_TOKENS} positions the generated rules "
-                            f"cover (config.MAX_SPECULATIVE_TOKENS): the wasted-tokens alert cannot fire for it")
+            self._warn_once(
+                f"k={k} is above the {config.MAX_SPECULATIVE_TOKENS} positions the generated rules "
+                f"cover (config.MAX_SPECULATIVE_TOKENS): the wasted-tokens alert cannot fire for it"
+            )
         self.view = replace(
-            counted, up=True, last_error=None, last_success_wall=self.wall(), last_success_mono=now,
+            counted,
+            up=True,
+            last_error=None,
+            last_success_wall=self.wall(),
+            last_success_mono=now,
             counter_resets=view.counter_resets + len(observation.restarted),
             invariant_violations=view.invariant_violations + violations,
             inconsistent_polls=view.inconsistent_polls + len(observation.inconsistent) + len(observation.skipped),
@@ -243,12 +289,17 @@ class TargetPoller:
             last_poll_parse_errors=snapshot.malformed_lines + snapshot.duplicate_series,
             last_poll_series_refused=read.refused,
             series_forgotten=view.series_forgotten + len(read.forget),
-            raw=raw, generation_only={}, models=models, window_spans=spans,
-            producer=snapshot.producer, approximate=snapshot.approximate,
+            raw=raw,
+            generation_only={},
+            models=models,
+            window_spans=spans,
+            producer=snapshot.producer,
+            approximate=snapshot.approximate,
         )
 
-    def _views(self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Sequence[str]],
-               position0_healthy: set[str]) -> tuple[tuple[ModelView, ...], dict[str, float]]:
+    def _views(
+        self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Sequence[str]], position0_healthy: set[str]
+    ) -> tuple[tuple[ModelView, ...], dict[str, float]]:
         """The model views and each window's span, from one reading of the history's windows."""
         windows = history_windows(self.history, self.settings)
         models = model_views(windows, raw, self.settings, self.target.method, changes, position0_healthy)
@@ -259,15 +310,18 @@ class TargetPoller:
         # remembered is a digest of the cut message: labels that change on every poll
         # (warnings quote them) cannot grow memory (config.WARNINGS_REMEMBERED).
         cut = config.MAX_WARNING_CHARS
-        message = scrub(message[:2 * cut], self._secrets)[:cut]  # scrubbed before the cut: no half secret
+        message = scrub(message[: 2 * cut], self._secrets)[:cut]  # scrubbed before the cut: no half secret
         digest = hashlib.blake2b(message.encode(), digest_size=16).digest()
         if digest in self._seen_warnings:
             return
         if len(self._seen_warnings) >= config.WARNINGS_REMEMBERED:
             if not self._warnings_suppressed:
-                log.warning("target_warnings_suppressed", target=self.target.name,
-                            note=f"{config.WARNINGS_REMEMBERED} distinct warnings logged; new ones are only counted "
-                                 f"({sample('exporter_warnings_suppressed')})")
+                log.warning(
+                    "target_warnings_suppressed",
+                    target=self.target.name,
+                    note=f"{config.WARNINGS_REMEMBERED} distinct warnings logged; new ones are only counted "
+                    f"({sample('exporter_warnings_suppressed')})",
+                )
             self._warnings_suppressed += 1
             return
         self._seen_warnings.add(digest)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from . import config
 from .health import CAUSE_TEXT
 
@@ -54,13 +53,11 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         f"({_num(s['num_accepted_tokens'])} of {_num(s['num_draft_tokens'])} draft tokens)"
     )
     lines.append(
-        f"  drafts                  {_num(s['num_drafts'])}   "
-        f"({_fix(s['effective_draft_length'], 2)} draft tokens per draft)"
+        f"  drafts                  {_num(s['num_drafts'])}   ({_fix(s['effective_draft_length'], 2)} draft tokens per draft)"
     )
     if s["num_generation_tokens"] is not None:
         lines.append(
-            f"  output from drafts      {_pct(s['draft_token_share'])} of "
-            f"{_num(s['num_generation_tokens'])} generation tokens"
+            f"  output from drafts      {_pct(s['draft_token_share'])} of {_num(s['num_generation_tokens'])} generation tokens"
         )
     if interval:
         lines.append(
@@ -112,9 +109,11 @@ def _request_lines(ra: dict[str, Any]) -> list[str]:
         note = "" if edge == threshold else f"   (the bucket edge nearest {threshold:g}; no edge at {threshold:g})"
         return f"    acceptance {sign} {edge:<5g} {_pct(share):>10}{note}"
 
-    return [f"  per-request acceptance  {_num(ra['requests'])} finished requests",
-            row("<=", ra["below_edge"], low, ra["below_ratio"]),
-            row("> ", ra["above_edge"], high, ra["above_ratio"])]
+    return [
+        f"  per-request acceptance  {_num(ra['requests'])} finished requests",
+        row("<=", ra["below_edge"], low, ra["below_ratio"]),
+        row("> ", ra["above_edge"], high, ra["above_ratio"]),
+    ]
 
 
 def _engine_mark(e: dict[str, Any], total: dict[str, Any]) -> str:

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-
 import structlog
 from aiohttp import web
 
@@ -50,6 +49,7 @@ def open_file_limit(reserve: int) -> int:
     """Raise the soft open-file limit to the hard one (as Go does at start-up) and
     return how many connections fit under it, ``reserve`` descriptors kept for polls."""
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
@@ -172,8 +172,7 @@ class _Watch(asyncio.Protocol):
 def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
     sslobj = transport.get_extra_info("ssl_object")
     cert = sslobj.getpeercert() if sslobj is not None else None
-    values = {v for kind, v in (cert or {}).get("subjectAltName", ())
-              if kind in ("DNS", "email", "IP Address", "URI")}
+    values = {v for kind, v in (cert or {}).get("subjectAltName", ()) if kind in ("DNS", "email", "IP Address", "URI")}
     return bool(values & allowed)
 
 
@@ -182,8 +181,14 @@ class _TLS(SSLProtocol):
 
     def __init__(self, watch: _Watch, ctx: ssl.SSLContext, handshake_timeout: float):
         # typeshed asks for a waiter future and an int timeout; asyncio takes None (nobody waits) and float seconds.
-        super().__init__(asyncio.get_running_loop(), watch, ctx, None,  # type: ignore[arg-type]
-                         server_side=True, ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
+        super().__init__(
+            asyncio.get_running_loop(),
+            watch,
+            ctx,
+            None,  # type: ignore[arg-type]
+            server_side=True,
+            ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
+        )
         self.watch = watch
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -197,8 +202,16 @@ class _TLS(SSLProtocol):
 
 
 class GuardedSite(web.BaseSite):
-    def __init__(self, runner: web.BaseRunner, host: str | None, port: int, *, backlog: int,
-                 web_config: Callable[[], WebConfig] | None = None, limits: Limits = Limits()):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str | None,
+        port: int,
+        *,
+        backlog: int,
+        web_config: Callable[[], WebConfig] | None = None,
+        limits: Limits = Limits(),
+    ):
         super().__init__(runner, backlog=backlog)
         self.host, self.port = host, port
         self.bound_port = port
@@ -266,8 +279,12 @@ def install_accept_error_handler(loop: asyncio.AbstractEventLoop, pool: Pool) ->
         if now - state["logged"] < config.ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
             state["suppressed"] += 1
             return
-        log.error("accept_failed", error=str(context.get("exception")), connections=len(pool.conns),
-                  suppressed_since_last=state["suppressed"])
+        log.error(
+            "accept_failed",
+            error=str(context.get("exception")),
+            connections=len(pool.conns),
+            suppressed_since_last=state["suppressed"],
+        )
         state.update(logged=now, suppressed=0)
 
     loop.set_exception_handler(handler)

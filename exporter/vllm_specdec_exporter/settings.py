@@ -160,8 +160,7 @@ def _url(key: str, value: Any) -> str:
     except ValueError:  # e.g. http://[::1/ or a port over 65535
         ok = False
     if not ok:  # redacted: the URL may carry a password
-        raise ConfigError(key, f"{redact_url(value)!r} is not an http(s) URL with a host (e.g. "
-                               "http://127.0.0.1:8000/metrics)")
+        raise ConfigError(key, f"{redact_url(value)!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)")
     return value
 
 
@@ -201,8 +200,9 @@ def _target(key: str, raw: Any) -> Target:
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
     producer = raw.get("producer")
     if producer is not None and producer not in PRODUCERS:
-        raise ConfigError(f"{key}.producer", f"{producer!r} is not a known producer (one of {', '.join(PRODUCERS)}; "
-                                              "leave it out to detect it)")
+        raise ConfigError(
+            f"{key}.producer", f"{producer!r} is not a known producer (one of {', '.join(PRODUCERS)}; leave it out to detect it)"
+        )
     return Target(name, _url(f"{key}.url", raw["url"]), method, token_file, producer)
 
 
@@ -216,8 +216,9 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
     except re.error as e:
         raise ConfigError(f"{key}.model", f"{raw['model']!r} is not a regular expression: {e}") from None
     k = int(_limited(f"{key}.k", raw["k"], "baselines.profiles[].k"))
-    al = float(_limited(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"],
-                        "baselines.profiles[].mean_acceptance_length"))
+    al = float(
+        _limited(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"], "baselines.profiles[].mean_acceptance_length")
+    )
     if al > k + 1:
         raise ConfigError(f"{key}.mean_acceptance_length", f"{al:g} exceeds k+1={k + 1}")
     return BaselineProfile(str(raw["name"]), pattern, k, al, raw.get("method"))
@@ -227,8 +228,11 @@ def _aliases(key: str, raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise ConfigError(key, "expected a mapping of served model name to the model name profiles match, "
-                               "e.g. {DSV4-W4A16-FP8-MTP: deepseek-ai/DeepSeek-V4-Pro}")
+        raise ConfigError(
+            key,
+            "expected a mapping of served model name to the model name profiles match, "
+            "e.g. {DSV4-W4A16-FP8-MTP: deepseek-ai/DeepSeek-V4-Pro}",
+        )
     return dict(raw)
 
 
@@ -238,7 +242,8 @@ def _safe_pattern(key: str, text: str) -> str:
     three open-ended repeats (.*.*.*.*: polynomial). Names are capped at
     MAX_LABEL_VALUE_LENGTH, so what is left matches in well under a millisecond."""
     # Python's own pattern parser: private modules typeshed does not describe.
-    from re import _constants as c, _parser  # type: ignore[attr-defined]
+    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
 
     repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
     count = [0]
@@ -248,8 +253,9 @@ def _safe_pattern(key: str, text: str) -> str:
             for op, av in node.data:
                 if op in repeats and av[1] > 1:
                     if inside_repeat:
-                        raise ConfigError(key, f"{text!r}: a repeat inside a repeat can take forever to match; "
-                                               "simplify it (e.g. (a+)+ -> a+)")
+                        raise ConfigError(
+                            key, f"{text!r}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)"
+                        )
                     count[0] += 1
                     walk(av[2], True)
                 elif op is c.BRANCH and inside_repeat:
@@ -303,14 +309,24 @@ def load_file(path: str) -> dict[str, Any]:
     return data
 
 
-TOP_KEYS = ("targets", "web", "poll", "windows", "min_drafts", "staleness", "max_payload_bytes",
-            "max_series_per_target", "health", "baselines", "log")
+TOP_KEYS = (
+    "targets",
+    "web",
+    "poll",
+    "windows",
+    "min_drafts",
+    "staleness",
+    "max_payload_bytes",
+    "max_series_per_target",
+    "health",
+    "baselines",
+    "log",
+)
 # Keys renamed when flags and keys were made to map one way: a one-line error names the new key.
 RENAMED = {"listen_address": "web.listen_address", "web_config_file": "web.config.file"}
 
 
 def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Settings:
-
     """Settings from the YAML mapping, with flag/env ``overrides`` (already picked) on top."""
     for old, new in RENAMED.items():
         if isinstance(file_data, Mapping) and old in file_data:
@@ -354,8 +370,10 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if not isinstance(raw_windows, list) or not raw_windows:
         raise ConfigError("windows", "expected a non-empty list of durations, e.g. [1m, 5m, 15m, 1h]")
     # Labels are canonical (300s -> 5m): the window label is part of the exported contract.
-    windows = sorted(((canonical_duration(d), d) for d in (_duration(f"windows[{i}]", w) for i, w in
-                                                          enumerate(raw_windows))), key=lambda w: w[1])
+    windows = sorted(
+        ((canonical_duration(d), d) for d in (_duration(f"windows[{i}]", w) for i, w in enumerate(raw_windows))),
+        key=lambda w: w[1],
+    )
     if len({s for _, s in windows}) != len(windows):
         raise ConfigError("windows", f"durations must be distinct, got {raw_windows}")
     if windows[0][1] < interval:
@@ -367,8 +385,12 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     detection = config.Detection(
         window=health_window,
         min_drafts=int(_limited("min_drafts", data.get("min_drafts", config.DETECTION.min_drafts))),
-        **{k: float(_limited(f"health.{k}", health.get(k, getattr(config.DETECTION, k))))
-           for k in config.DETECTION_KEYS if k != "window"})
+        **{
+            k: float(_limited(f"health.{k}", health.get(k, getattr(config.DETECTION, k))))
+            for k in config.DETECTION_KEYS
+            if k != "window"
+        },
+    )
 
     profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(baselines.get("profiles") or [])]
     include_defaults = baselines.get("include_defaults", True)
@@ -388,10 +410,10 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         max_backoff=max_backoff,
         windows=tuple(windows),
         staleness=_duration("staleness", data.get("staleness", config.DEFAULT_STALENESS)),
-        max_payload_bytes=int(_limited("max_payload_bytes", data.get("max_payload_bytes",
-                                                                     config.DEFAULT_MAX_PAYLOAD_BYTES))),
-        max_series_per_target=int(_limited("max_series_per_target", data.get("max_series_per_target",
-                                                                             config.DEFAULT_MAX_SERIES_PER_TARGET))),
+        max_payload_bytes=int(_limited("max_payload_bytes", data.get("max_payload_bytes", config.DEFAULT_MAX_PAYLOAD_BYTES))),
+        max_series_per_target=int(
+            _limited("max_series_per_target", data.get("max_series_per_target", config.DEFAULT_MAX_SERIES_PER_TARGET))
+        ),
         detection=detection,
         baselines=tuple(profiles),
         profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
@@ -426,11 +448,21 @@ class Flag:
 
 
 FLAGS = (
-    Flag("--vllm.url", "urls", "[NAME=]URL", "vLLM /metrics URL (repeatable; the variable takes a comma-separated "
-         "list; the file's form is targets:)", in_file=False, repeat=True),
+    Flag(
+        "--vllm.url",
+        "urls",
+        "[NAME=]URL",
+        "vLLM /metrics URL (repeatable; the variable takes a comma-separated list; the file's form is targets:)",
+        in_file=False,
+        repeat=True,
+    ),
     Flag("--web.listen-address", "listen_address", "[HOST]:PORT", f"where to serve (default {config.DEFAULT_LISTEN_ADDRESS})"),
-    Flag("--web.config.file", "web_config_file", "FILE",
-         "TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web-config format"),
+    Flag(
+        "--web.config.file",
+        "web_config_file",
+        "FILE",
+        "TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web-config format",
+    ),
     Flag("--poll.interval", "poll_interval", "DURATION", f"time between polls (default {config.DEFAULT_POLL_INTERVAL})"),
     Flag("--log.format", "log_format", "|".join(config.LOG_FORMATS), "default auto"),
     Flag("--log.level", "log_level", "|".join(config.LOG_LEVELS), "default info"),

@@ -33,18 +33,76 @@ from .errors import ConfigError
 
 # vLLM's bucket sets (they change between versions; the exporter never relies on them).
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-                   480.0, 960.0, 1920.0, 7680.0)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
-TOKEN_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
-                 50000.0, 100000.0)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+TOKEN_BUCKETS = (
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+    200.0,
+    500.0,
+    1000.0,
+    2000.0,
+    5000.0,
+    10000.0,
+    20000.0,
+    50000.0,
+    100000.0,
+)
 ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
 
 PARAM_KEYS = ("drafts_per_second", "per_position", "effective_draft_length", "step_latency_seconds")
 PHASE_KEYS = ("at", "engines", "restart", *PARAM_KEYS)
-SCENARIO_KEYS = ("description", "model_name", "engines", "k", "form", "output_tokens_per_request", "phases",
-                 *PARAM_KEYS)
+SCENARIO_KEYS = ("description", "model_name", "engines", "k", "form", "output_tokens_per_request", "phases", *PARAM_KEYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +140,10 @@ def _check_params(key: str, p: Params, k: int) -> Params:
     if any(not 0.0 <= v <= 1.0 for v in p.per_position) or list(p.per_position) != sorted(p.per_position, reverse=True):
         raise ConfigError(f"{key}.per_position", "must be non-increasing values in [0, 1] (a survival curve)")
     if not sum(p.per_position) <= p.effective_draft_length <= k:
-        raise ConfigError(f"{key}.effective_draft_length",
-                          f"{p.effective_draft_length:g} must lie between sum(per_position)={sum(p.per_position):g} and k={k}")
+        raise ConfigError(
+            f"{key}.effective_draft_length",
+            f"{p.effective_draft_length:g} must lie between sum(per_position)={sum(p.per_position):g} and k={k}",
+        )
     if p.drafts_per_second < 0 or p.step_latency_seconds <= 0:
         raise ConfigError(key, "drafts_per_second must be >= 0 and step_latency_seconds > 0")
     return p
@@ -109,12 +169,16 @@ def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
     if form not in ("single-process", "multiprocess"):
         raise ConfigError(f"{name}.form", f"{form!r} is not single-process or multiprocess")
     per_position = data.get("per_position", [0.9 ** (i + 1) for i in range(k)])
-    params = _check_params(name, Params(
-        _float(f"{name}.drafts_per_second", data.get("drafts_per_second", 50)),
-        tuple(_float(f"{name}.per_position", v) for v in per_position),
-        _float(f"{name}.effective_draft_length", data.get("effective_draft_length", k)),
-        _float(f"{name}.step_latency_seconds", data.get("step_latency_seconds", 0.03)),
-    ), k)
+    params = _check_params(
+        name,
+        Params(
+            _float(f"{name}.drafts_per_second", data.get("drafts_per_second", 50)),
+            tuple(_float(f"{name}.per_position", v) for v in per_position),
+            _float(f"{name}.effective_draft_length", data.get("effective_draft_length", k)),
+            _float(f"{name}.step_latency_seconds", data.get("step_latency_seconds", 0.03)),
+        ),
+        k,
+    )
     phases = []
     for i, raw in enumerate(data.get("phases") or []):
         key = f"{name}.phases[{i}]"
@@ -131,13 +195,19 @@ def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
         if "per_position" in changes:
             changes["per_position"] = tuple(_float(f"{key}.per_position", v) for v in changes["per_position"])
         _check_params(key, replace(params, **changes), k)
-        phases.append(Phase(at, tuple(int(e) for e in which) if which is not None else None,
-                            bool(raw.get("restart", False)), changes))
+        phases.append(
+            Phase(at, tuple(int(e) for e in which) if which is not None else None, bool(raw.get("restart", False)), changes)
+        )
     return Scenario(
-        name=name, description=str(data.get("description", "")), model_name=str(data.get("model_name", "simulated")),
-        engines=engines, k=k, form=form,
+        name=name,
+        description=str(data.get("description", "")),
+        model_name=str(data.get("model_name", "simulated")),
+        engines=engines,
+        k=k,
+        form=form,
         output_tokens_per_request=int(_float(f"{name}.output_tokens_per_request", data.get("output_tokens_per_request", 512))),
-        params=params, phases=tuple(sorted(phases, key=lambda p: p.at)),
+        params=params,
+        phases=tuple(sorted(phases, key=lambda p: p.at)),
     )
 
 
@@ -196,8 +266,13 @@ class EngineState:
 class Simulation:
     """Scenario time runs at ``speed`` x the injected clock."""
 
-    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic, speed: float = 1.0,
-                 wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: Callable[[], float] = time.monotonic,
+        speed: float = 1.0,
+        wall: Callable[[], float] = time.time,
+    ):
         self.scenario = scenario
         self._clock = clock
         self._speed = speed
@@ -269,7 +344,10 @@ class Simulation:
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels=labels)
         hists = {
             "vllm:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
-            "vllm:request_time_per_output_token_seconds": ("Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS),
+            "vllm:request_time_per_output_token_seconds": (
+                "Histogram of time_per_output_token_seconds per request.",
+                ITL_BUCKETS,
+            ),
             "vllm:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
             "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
             "vllm:request_queue_time_seconds": ("Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS),
@@ -279,7 +357,10 @@ class Simulation:
             "vllm:request_prompt_tokens": ("Number of prefill tokens processed.", TOKEN_BUCKETS),
             "vllm:request_generation_tokens": ("Number of generation tokens processed.", TOKEN_BUCKETS),
             "vllm:request_params_max_tokens": ("Histogram of the max_tokens request parameter.", TOKEN_BUCKETS),
-            "vllm:request_max_num_generation_tokens": ("Histogram of maximum number of requested generation tokens.", TOKEN_BUCKETS),
+            "vllm:request_max_num_generation_tokens": (
+                "Histogram of maximum number of requested generation tokens.",
+                TOKEN_BUCKETS,
+            ),
             "vllm:iteration_tokens_total": ("Histogram of number of tokens per engine_step.", ITERATION_BUCKETS),
         }
         hist_families = {name: HistogramMetricFamily(name, doc, labels=labels) for name, (doc, _) in hists.items()}
@@ -324,7 +405,6 @@ class Simulation:
                 if single:
                     family.samples.append(Sample(f"{name}_created", dict(zip(labels, lv, strict=True)), e.created))
 
-
         spec = [drafts, tokens, accepted, per_pos]
         rest = [running, waiting, kv, cache_q, cache_h, preempt, prompt, generation, success, *hist_families.values()]
         # Multiprocess mode orders families differently; the exporter must not care.
@@ -361,8 +441,10 @@ def create_simulator_app(simulation: Simulation) -> web.Application:
 
     async def index(request: web.Request) -> web.Response:
         s = simulation.scenario
-        return web.Response(text=f"vLLM /metrics simulator: scenario {s.name} ({s.description}); "
-                                 f"{s.engines} engines, k={s.k}, {s.form}; t={simulation.elapsed:.0f}s. See /metrics.\n")
+        return web.Response(
+            text=f"vLLM /metrics simulator: scenario {s.name} ({s.description}); "
+            f"{s.engines} engines, k={s.k}, {s.form}; t={simulation.elapsed:.0f}s. See /metrics.\n"
+        )
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -103,7 +103,6 @@ async def fetch_metrics(
     max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
     timeout: float = config.DEFAULT_HTTP_TIMEOUT_SECONDS,  # noqa: ASYNC109 -- aiohttp's ClientTimeout for this request
     headers: dict[str, str] | None = None,
-
 ) -> bytes:
     import aiohttp
 
@@ -119,8 +118,10 @@ async def fetch_metrics(
             allow_redirects=False,
         ) as resp:
             if 300 <= resp.status < 400:
-                raise SourceError(f"{shown} answered HTTP {resp.status} (a redirect; redirects are not followed: "
-                                  "configure the final URL)", "http_error")
+                raise SourceError(
+                    f"{shown} answered HTTP {resp.status} (a redirect; redirects are not followed: configure the final URL)",
+                    "http_error",
+                )
             if resp.status != 200:
                 # The standard phrase, not the target's: its reason text could be anything.
                 phrase = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ else ""

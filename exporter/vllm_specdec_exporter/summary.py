@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-
 from . import config
 from .derive import derive, invariant_violations, sum_counters
 from .health import Engines, Known, Verdict, judge
@@ -66,9 +65,12 @@ def summarize(
         # handed what was computed here (health.Known) so that judge does not compute it again.
         per_engine.known = Known(tuple(per_engine.items()), total, stats, total_broken, frozenset(broken))
         v = (verdict or _counters_only(interval_seconds))(model, per_engine)
-        models[model] = {"all": stats.to_json(), "engines": engines_json,
-                         "health": {"state": v.state, "reason": v.reason},
-                         "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in v.causes]}
+        models[model] = {
+            "all": stats.to_json(),
+            "engines": engines_json,
+            "health": {"state": v.state, "reason": v.reason},
+            "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in v.causes],
+        }
     return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}
 
 

@@ -86,17 +86,23 @@ def history_windows(history: TargetHistory, settings: Settings) -> dict[str, Win
     return {label: w for label, _ in settings.windows if (w := history.window(label)) is not None}
 
 
-def model_views(windows: Mapping[str, WindowDelta], raw: Mapping[SeriesKey, Counters], settings: Settings,
-                method: str | None, changes: Mapping[str, Sequence[str]] | None = None,
-                position0_healthy: Collection[str] = ()) -> tuple[ModelView, ...]:
+def model_views(
+    windows: Mapping[str, WindowDelta],
+    raw: Mapping[SeriesKey, Counters],
+    settings: Settings,
+    method: str | None,
+    changes: Mapping[str, Sequence[str]] | None = None,
+    position0_healthy: Collection[str] = (),
+) -> tuple[ModelView, ...]:
     """Derived figures per model and window (``history_windows``), summed over
     engines (sums before ratios)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
     per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
-    profiles = {m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method)
-                for m, k in k_by_model.items()}
+    profiles = {
+        m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method) for m, k in k_by_model.items()
+    }
     judged: dict[str, Verdict] = {}
     for label, window in windows.items():
         grouped: dict[str, dict[str, Counters]] = {}
@@ -107,8 +113,9 @@ def model_views(windows: Mapping[str, WindowDelta], raw: Mapping[SeriesKey, Coun
                 continue  # a model no longer served: its figures go with its counters
             span = window.span_seconds or None
             engines_fig = {
-                e: EngineFigures(c.drafts, None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts,
-                                 ratio(c.accepted, c.draft_tokens))
+                e: EngineFigures(
+                    c.drafts, None if c.drafts <= 0 else 1.0 + c.accepted / c.drafts, ratio(c.accepted, c.draft_tokens)
+                )
                 for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
             }
             total = sum_counters(engines.values())
@@ -117,14 +124,30 @@ def model_views(windows: Mapping[str, WindowDelta], raw: Mapping[SeriesKey, Coun
             per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, engines)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
-                judged[model] = judge(engines, window.span_seconds, profiles[model], settings.detection,
-                                      settings.min_drafts, (changes or {}).get(model, ()),
-                                      _earlier(windows, settings, model, model in position0_healthy))
+                judged[model] = judge(
+                    engines,
+                    window.span_seconds,
+                    profiles[model],
+                    settings.detection,
+                    settings.min_drafts,
+                    (changes or {}).get(model, ()),
+                    _earlier(windows, settings, model, model in position0_healthy),
+                )
     views = []
     for model in sorted(per_model):
         verdict = judged.get(model) or Verdict("idle", "no drafts in the window", {})
-        views.append(ModelView(model, k_by_model[model], per_model[model], profiles[model], verdict.state,
-                               verdict.reason, verdict.engines, verdict.causes))
+        views.append(
+            ModelView(
+                model,
+                k_by_model[model],
+                per_model[model],
+                profiles[model],
+                verdict.state,
+                verdict.reason,
+                verdict.engines,
+                verdict.causes,
+            )
+        )
     return tuple(views)
 
 
@@ -136,5 +159,4 @@ def _earlier(windows: Mapping[str, WindowDelta], settings: Settings, model: str,
     total = None
     if window is not None:
         total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
-    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
-                   position0_healthy)
+    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None, position0_healthy)

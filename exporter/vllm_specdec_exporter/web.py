@@ -45,17 +45,24 @@ READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
 SITES: web.AppKey[list[GuardedSite]] = web.AppKey("sites")  # the listening sites (start_site)
 
 
-def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic,
-               wall: Callable[[], float] = time.time, start_polling: bool = True,
-               web_config: LiveWebConfig | None = None) -> web.Application:
+def create_app(
+    settings: Settings,
+    *,
+    mono: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    start_polling: bool = True,
+    web_config: LiveWebConfig | None = None,
+) -> web.Application:
     # aiohttp's own request limits stand: 8 KiB request line and header fields, 1 MiB body.
     # The auth middleware is there whenever a web config is: a reload may add users.
     authenticator = Authenticator() if web_config else None
     middlewares = [auth_middleware(web_config, authenticator, mono)] if web_config and authenticator else []
     app = web.Application(middlewares=middlewares)
     if authenticator:
+
         async def close_authenticator(app: web.Application) -> None:
             authenticator.close()
+
         app.on_cleanup.append(close_authenticator)
     app[SETTINGS] = settings
     app[MONO] = mono
@@ -66,8 +73,7 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(auto_decompress=True) as session:
             app[POLLERS].extend(TargetPoller(t, settings, session, mono, wall) for t in settings.targets)
-            tasks = [asyncio.create_task(p.run(), name=f"poll:{p.target.name}")
-                     for p in app[POLLERS]] if start_polling else []
+            tasks = [asyncio.create_task(p.run(), name=f"poll:{p.target.name}") for p in app[POLLERS]] if start_polling else []
             app[READY]["ready"] = True
             yield
             app[READY]["ready"] = False
@@ -96,8 +102,9 @@ def create_app(settings: Settings, *, mono: Callable[[], float] = time.monotonic
     return app
 
 
-def metrics_handler(app: web.Application, registry: CollectorRegistry,
-                    web_config: LiveWebConfig | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
+def metrics_handler(
+    app: web.Application, registry: CollectorRegistry, web_config: LiveWebConfig | None = None
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     """/metrics, rendered once per state off the event loop (collector.Exposition): the
     views are immutable, so until a poll publishes a new one or a target turns stale,
     every scrape gets the same bytes (200 concurrent scrapes cost one render)."""
@@ -187,6 +194,7 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
             return Verdict(mv.health, mv.health_reason, mv.engine_health, mv.health_causes)
         profile = served[0].profile if served else None
         return judge(per_engine, span, profile, settings.detection, settings.min_drafts)
+
     return summarize(engines, span, warnings, verdict)
 
 
@@ -212,12 +220,16 @@ def _engine_table(mv: ModelView, w: ModelWindow | None) -> str:
     for engine, ef in w.engines.items():
         state = mv.engine_health.get(engine, "idle")
         mark = " &#9888;" if state in ("collapsed", "degraded") else ""
-        rows.append(f"<tr class=health-{state}><td>{html.escape(engine)}</td><td>{ef.drafts:,.0f}</td>"
-                    f"<td>{_fmt(ef.mean_acceptance_length, '.3f')}</td>"
-                    f"<td>{'-' if ef.acceptance_rate is None else f'{100 * ef.acceptance_rate:.1f} %'}</td>"
-                    f"<td><b>{state}</b>{mark}</td></tr>")
-    return ("<table class=engines><tr><th>engine</th><th>drafts</th><th>acceptance length</th><th>acceptance</th>"
-            f"<th>health</th></tr>{''.join(rows)}</table>")
+        rows.append(
+            f"<tr class=health-{state}><td>{html.escape(engine)}</td><td>{ef.drafts:,.0f}</td>"
+            f"<td>{_fmt(ef.mean_acceptance_length, '.3f')}</td>"
+            f"<td>{'-' if ef.acceptance_rate is None else f'{100 * ef.acceptance_rate:.1f} %'}</td>"
+            f"<td><b>{state}</b>{mark}</td></tr>"
+        )
+    return (
+        "<table class=engines><tr><th>engine</th><th>drafts</th><th>acceptance length</th><th>acceptance</th>"
+        f"<th>health</th></tr>{''.join(rows)}</table>"
+    )
 
 
 async def landing(request: web.Request) -> web.Response:
@@ -228,10 +240,14 @@ async def landing(request: web.Request) -> web.Response:
     for p in request.app[POLLERS]:
         v = p.view
         state = "up" if v.up else "down"
-        last = "never" if v.last_success_wall is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(v.last_success_wall))
+        last = (
+            "never" if v.last_success_wall is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(v.last_success_wall))
+        )
         producer = esc(v.producer or "-") + (f" (approximate: {esc(', '.join(v.approximate))})" if v.approximate else "")
-        rows.append(f"<tr><td>{esc(v.name)}</td><td>{esc(v.url)}</td><td>{producer}</td><td class={state}>{state}</td>"
-                    f"<td>{last}</td><td>{esc(v.last_error or '')}</td></tr>")
+        rows.append(
+            f"<tr><td>{esc(v.name)}</td><td>{esc(v.url)}</td><td>{producer}</td><td class={state}>{state}</td>"
+            f"<td>{last}</td><td>{esc(v.last_error or '')}</td></tr>"
+        )
         if v.name not in fresh:
             continue
         for mv in v.models:
@@ -239,14 +255,20 @@ async def landing(request: web.Request) -> web.Response:
             st = w.stats if w else None
             # The verdict's threshold beside the profile's AL: 'ok' at 2.1 under a profile of 2.27 is right.
             floor = 1 + settings.detection.degraded_fraction * (mv.profile.mean_acceptance_length - 1) if mv.profile else 0.0
-            baseline = (f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
-                        f"{settings.detection.degraded_fraction:g} x (baseline - 1))" if mv.profile else "no profile")
+            baseline = (
+                f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
+                f"{settings.detection.degraded_fraction:g} x (baseline - 1))"
+                if mv.profile
+                else "no profile"
+            )
             bars = ""
             if st is not None and st.num_drafts >= settings.min_drafts:
                 for i, fraction in enumerate(st.per_position_acceptance):
                     pct = 0 if fraction is None else 100 * fraction
-                    bars += (f"<div class=bar><span>position {i}</span><meter min=0 max=1 value={fraction or 0:.4f}>"
-                             f"</meter> {pct:.1f} % <code>{bar(fraction, 20)}</code></div>")
+                    bars += (
+                        f"<div class=bar><span>position {i}</span><meter min=0 max=1 value={fraction or 0:.4f}>"
+                        f"</meter> {pct:.1f} % <code>{bar(fraction, 20)}</code></div>"
+                    )
             al = _fmt(st.mean_acceptance_length if st and st.num_drafts >= settings.min_drafts else None, ".3f")
             models.append(
                 f"<section><h3>{esc(mv.model_name)} <small>on {esc(v.name)}, k={mv.k}</small></h3>"
@@ -267,23 +289,25 @@ async def landing(request: web.Request) -> web.Response:
 .bar span{{display:inline-block;width:7em}}meter{{width:20em}}</style></head>
 <body><h1>vllm-specdec-exporter {__version__}</h1>
 <p>Speculative-decoding acceptance of the vLLM servers below, polled every {settings.poll_interval:g} s.
-Windows: {esc(', '.join(w for w, _ in settings.windows))}.</p>
+Windows: {esc(", ".join(w for w, _ in settings.windows))}.</p>
 <p class=rendered>Rendered {rendered}; this page refreshes itself every {refresh} s.</p>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/summary?window={esc(settings.health_window)}">/api/v1/summary</a>
 · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <h2>Targets</h2><table><tr><th>target</th><th>url</th><th>producer</th><th>state</th><th>last success</th><th>last error</th></tr>
-{''.join(rows)}</table>
-<h2>Models</h2>{''.join(models) or '<p>No fresh data yet.</p>'}
+{"".join(rows)}</table>
+<h2>Models</h2>{"".join(models) or "<p>No fresh data yet.</p>"}
 </body></html>"""
     return web.Response(text=page, content_type="text/html")
 
 
-async def start_site(runner: web.AppRunner, host: str | None, port: int, web_config: LiveWebConfig | None = None,
-                     limits: Limits = Limits()) -> tuple[GuardedSite, int]:
+async def start_site(
+    runner: web.AppRunner, host: str | None, port: int, web_config: LiveWebConfig | None = None, limits: Limits = Limits()
+) -> tuple[GuardedSite, int]:
     """Start ``runner`` on host:port; returns the site and the bound port (useful with port 0).
     TLS comes from the web config's current state, per connection (server.py)."""
-    site = GuardedSite(runner, host, port, backlog=LISTEN_BACKLOG, limits=limits,
-                       web_config=web_config.current if web_config else None)
+    site = GuardedSite(
+        runner, host, port, backlog=LISTEN_BACKLOG, limits=limits, web_config=web_config.current if web_config else None
+    )
     await site.start()
     if SITES in runner.app:
         runner.app[SITES].append(site)  # its connection counts go to /metrics
@@ -304,15 +328,24 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     # Connections stay below the open-file limit, a reserve kept for the polls.
     fit = open_file_limit(config.FD_RESERVE + 3 * config.ACCEPT_BATCH + 2 * len(settings.targets))
     limits = Limits(max_connections=max(8, min(config.MAX_CONNECTIONS, fit)))
-    runner = web.AppRunner(create_app(settings, web_config=web_config), access_log_class=AccessLogger,
-                           handle_signals=False, keepalive_timeout=config.IDLE_TIMEOUT_SECONDS)
+    runner = web.AppRunner(
+        create_app(settings, web_config=web_config),
+        access_log_class=AccessLogger,
+        handle_signals=False,
+        keepalive_timeout=config.IDLE_TIMEOUT_SECONDS,
+    )
     await runner.setup()
     _, port = await start_site(runner, settings.listen_host or None, settings.listen_port, web_config, limits)
     current = web_config.current() if web_config else None
-    log.info("listening", address=f"{settings.listen_host or '0.0.0.0'}:{port}",
-             tls=bool(current and current.ssl_context), basic_auth=bool(current and current.users),
-             max_connections=limits.max_connections,
-             targets=[t.name for t in settings.targets], windows=[w for w, _ in settings.windows])
+    log.info(
+        "listening",
+        address=f"{settings.listen_host or '0.0.0.0'}:{port}",
+        tls=bool(current and current.ssl_context),
+        basic_auth=bool(current and current.users),
+        max_connections=limits.max_connections,
+        targets=[t.name for t in settings.targets],
+        windows=[w for w, _ in settings.windows],
+    )
     try:
         await stop.wait()
     finally:

@@ -60,7 +60,6 @@ import yaml
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-
 from . import config
 from .errors import ConfigError
 
@@ -105,11 +104,25 @@ CIPHERS = {
 CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
 # The toolkit's configurable response headers; a list holds the only valid values.
 HEADERS: dict[str, tuple[str, ...]] = {
-    "Strict-Transport-Security": (), "X-Content-Type-Options": ("nosniff",),
-    "X-Frame-Options": ("deny", "sameorigin"), "X-XSS-Protection": (), "Content-Security-Policy": (),
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
 }
-TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "client_ca", "client_allowed_sans",
-            "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
+TLS_KEYS = (
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_ca",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WEB_CONFIG_MAX_BYTES = 1 << 20  # a web config is a few hundred bytes; more is refused unread
 WEB_CONFIG_MAX_DEPTH = 32  # nesting: the deepest real key is 3 levels down
@@ -158,6 +171,7 @@ def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
 
 # --- Loading ------------------------------------------------------------------------
 
+
 def _path(key: str, value: object, base: Path, files: list[str]) -> str:
     """The file ``value`` names; added to ``files`` (watched for changes) before it is checked."""
     if not isinstance(value, str) or not value:
@@ -169,9 +183,17 @@ def _path(key: str, value: object, base: Path, files: list[str]) -> str:
 
 
 def _kind(mode: int) -> str:
-    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
-            "not a file")
+    return (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a file"
+    )
 
 
 def _regular_file(key: str, path: str) -> os.stat_result:
@@ -227,8 +249,9 @@ def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
 def _version(tls: dict[str, object], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key, default)
     if value not in TLS_VERSIONS:
-        raise ConfigError(f"tls_server_config.{key}", f"{_show(value)} is not one of TLS12, TLS13 (OpenSSL here refuses "
-                                                      "TLS 1.0 and 1.1)")
+        raise ConfigError(
+            f"tls_server_config.{key}", f"{_show(value)} is not one of TLS12, TLS13 (OpenSSL here refuses TLS 1.0 and 1.1)"
+        )
     return TLS_VERSIONS[value]
 
 
@@ -238,7 +261,9 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     for k in tls:
         if k not in TLS_KEYS:
             hint = "; put the PEM in a file and use cert_file/key_file" if k in ("cert", "key") else ""
-            raise ConfigError(f"tls_server_config.{_label(k)}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})")
+            raise ConfigError(
+                f"tls_server_config.{_label(k)}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})"
+            )
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = _version(tls, "min_version", "TLS12")
     ctx.maximum_version = _version(tls, "max_version", "TLS13")
@@ -252,25 +277,25 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({e.reason})") from None
     auth = tls.get("client_auth_type", "NoClientCert")
     if isinstance(auth, str) and auth in CLIENT_AUTH_REFUSED:
-        raise ConfigError("tls_server_config.client_auth_type",
-                          f"{auth} (accept a client certificate without verifying it) cannot be honoured: Python's "
-                          f"ssl module verifies every certificate it asks for; use {CLIENT_AUTH_REFUSED[auth]} "
-                          "with client_ca_file")
+        raise ConfigError(
+            "tls_server_config.client_auth_type",
+            f"{auth} (accept a client certificate without verifying it) cannot be honoured: Python's "
+            f"ssl module verifies every certificate it asks for; use {CLIENT_AUTH_REFUSED[auth]} "
+            "with client_ca_file",
+        )
     if auth not in CLIENT_AUTH:
         raise ConfigError("tls_server_config.client_auth_type", f"{_show(auth)} is not one of {', '.join(CLIENT_AUTH)}")
     mode, verify = CLIENT_AUTH[auth]
     has_ca = "client_ca_file" in tls or "client_ca" in tls
     if has_ca and mode == ssl.CERT_NONE:
-        raise ConfigError("tls_server_config.client_ca_file", "set without a client_auth_type that asks for a client "
-                                                              "certificate")
+        raise ConfigError("tls_server_config.client_ca_file", "set without a client_auth_type that asks for a client certificate")
     if verify and not has_ca:
         # exporter-toolkit would fall back to the system roots: any publicly issued
         # certificate would pass. Stricter here.
         raise ConfigError("tls_server_config.client_ca_file", f"required with client_auth_type {auth}")
     try:
         if "client_ca_file" in tls:
-            ctx.load_verify_locations(cafile=_path("tls_server_config.client_ca_file", tls["client_ca_file"], base,
-                                                   files))
+            ctx.load_verify_locations(cafile=_path("tls_server_config.client_ca_file", tls["client_ca_file"], base, files))
         elif "client_ca" in tls:
             ctx.load_verify_locations(cadata=str(tls["client_ca"]))
     except ssl.SSLError as e:
@@ -286,14 +311,15 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
     prefer = tls.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
         raise ConfigError("tls_server_config.prefer_server_cipher_suites", "must be true or false")
-    ctx.options = (ctx.options | ssl.OP_CIPHER_SERVER_PREFERENCE) if prefer else \
-        (ctx.options & ~ssl.OP_CIPHER_SERVER_PREFERENCE)
+    ctx.options = (ctx.options | ssl.OP_CIPHER_SERVER_PREFERENCE) if prefer else (ctx.options & ~ssl.OP_CIPHER_SERVER_PREFERENCE)
     if "curve_preferences" in tls:
         curves = _names("tls_server_config.curve_preferences", tls["curve_preferences"], CURVES)
         if len(curves) > 1:
-            raise ConfigError("tls_server_config.curve_preferences",
-                              f"{len(curves)} curves listed: Python's ssl module sets one curve, not an order of "
-                              f"preference; list one (e.g. [{curves[0]}]) or leave the key out for OpenSSL's defaults")
+            raise ConfigError(
+                "tls_server_config.curve_preferences",
+                f"{len(curves)} curves listed: Python's ssl module sets one curve, not an order of "
+                f"preference; list one (e.g. [{curves[0]}]) or leave the key out for OpenSSL's defaults",
+            )
         try:
             ctx.set_ecdh_curve(CURVES[curves[0]])
         except (ValueError, ssl.SSLError):
@@ -303,8 +329,9 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
             raise ConfigError("tls_server_config.client_allowed_sans", "expected a list of strings")
         if mode == ssl.CERT_NONE:
-            raise ConfigError("tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a "
-                                                                       "client certificate")
+            raise ConfigError(
+                "tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a client certificate"
+            )
     return ctx, None if sans is None else frozenset(form for san in sans for form in san_forms(san))
 
 
@@ -331,7 +358,7 @@ def san_forms(san: str) -> set[str]:
 
 def _python_ip(ip: ipaddress.IPv6Address) -> str:
     """An IPv6 address as CPython's ssl module shows it in a certificate's SAN."""
-    return ":".join(format(int.from_bytes(ip.packed[i:i + 2], "big"), "X") for i in range(0, 16, 2))
+    return ":".join(format(int.from_bytes(ip.packed[i : i + 2], "big"), "X") for i in range(0, 16, 2))
 
 
 def _http_server_config(http: object) -> dict[str, str]:
@@ -340,8 +367,7 @@ def _http_server_config(http: object) -> dict[str, str]:
     for k, v in http.items():
         if k == "http2":
             if v is not False:
-                raise ConfigError("http_server_config.http2", "this exporter serves HTTP/1.1 only: set false or "
-                                                              "leave it out")
+                raise ConfigError("http_server_config.http2", "this exporter serves HTTP/1.1 only: set false or leave it out")
         elif k != "headers":
             raise ConfigError(f"http_server_config.{_label(k)}", "unknown key (valid: headers, http2)")
     headers = http.get("headers") or {}
@@ -349,15 +375,17 @@ def _http_server_config(http: object) -> dict[str, str]:
         raise ConfigError("http_server_config.headers", "expected a mapping of header: value")
     for name, value in headers.items():
         if name not in HEADERS:
-            raise ConfigError(f"http_server_config.headers.{_label(name)}",
-                              f"cannot be configured (valid: {', '.join(HEADERS)})")
+            raise ConfigError(f"http_server_config.headers.{_label(name)}", f"cannot be configured (valid: {', '.join(HEADERS)})")
         key = f"http_server_config.headers.{name}"
         if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
             raise ConfigError(key, f"expected a string, not a {type(value).__name__}")
         if isinstance(value, str) and any((c < " " and c != "\t") or c >= "\x7f" for c in value):
             # aiohttp would refuse to send it: every response, /healthz included, would fail.
-            raise ConfigError(key, "contains a control character (CR, LF, NUL, ...) or a non-ASCII one: a header "
-                                   "value is one line of printable ASCII")
+            raise ConfigError(
+                key,
+                "contains a control character (CR, LF, NUL, ...) or a non-ASCII one: a header "
+                "value is one line of printable ASCII",
+            )
         if HEADERS[name] and value not in HEADERS[name]:
             raise ConfigError(key, f"{_show(value)} is not one of {', '.join(HEADERS[name])}")
     return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
@@ -371,9 +399,8 @@ def _label(key: object) -> str:
 def _show(value: object, limit: int = 60) -> str:
     """``value`` for an error message: repr'd, cut to ``limit`` characters (never a whole
     file's worth in one log line)."""
-    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else \
-        f"a {type(value).__name__}"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _rate_limit(rate: object) -> tuple[float, int] | None:
@@ -421,8 +448,9 @@ class _Loader(yaml.SafeLoader):
         try:
             if self._depth > WEB_CONFIG_MAX_DEPTH:
                 line = self._line()
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {WEB_CONFIG_MAX_DEPTH} levels "
-                                                              f"(line {line})", None)
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {WEB_CONFIG_MAX_DEPTH} levels (line {line})", None
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -478,8 +506,16 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
         users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
     auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
-    return WebConfig(ssl_context=ctx, users=users, fake_hash=fake, headers=headers, rate_limit=rate,
-                     allowed_sans=sans, files=tuple(dict.fromkeys(files)), client_auth=auth)
+    return WebConfig(
+        ssl_context=ctx,
+        users=users,
+        fake_hash=fake,
+        headers=headers,
+        rate_limit=rate,
+        allowed_sans=sans,
+        files=tuple(dict.fromkeys(files)),
+        client_auth=auth,
+    )
 
 
 _Signature = tuple[tuple[object, ...], ...]  # per file: path, inode, mtime, size (path alone if unreadable)
@@ -526,7 +562,8 @@ class LiveWebConfig:
         if now - self._checked >= config.WEB_CONFIG_CHECK_SECONDS and not self._loading:
             self._checked = now
             if _signature(self.config.files) != self._signature and not (
-                    self._refused and _signature(self._refused[0]) == self._refused[1]):
+                self._refused and _signature(self._refused[0]) == self._refused[1]
+            ):
                 watched = self.config.files
                 try:
                     loop = asyncio.get_running_loop()
@@ -534,8 +571,9 @@ class LiveWebConfig:
                     self._loaded(*self._load(watched))
                 else:
                     self._loading = True
-                    threading.Thread(target=self._load_in_thread, args=(loop, watched), name="web-config",
-                                     daemon=True).start()  # a daemon: a stuck read never holds up the exit
+                    threading.Thread(
+                        target=self._load_in_thread, args=(loop, watched), name="web-config", daemon=True
+                    ).start()  # a daemon: a stuck read never holds up the exit
         return self.config
 
     def _load_in_thread(self, loop: asyncio.AbstractEventLoop, watched: tuple[str, ...]) -> None:
@@ -561,8 +599,10 @@ class LiveWebConfig:
     def _loaded(self, new: WebConfig | ConfigError, files: tuple[str, ...], signature: _Signature) -> None:
         self._loading = False
         if isinstance(new, WebConfig) and (weaker := weakenings(self.config, new)):
-            new = ConfigError("--web.config.file", f"{self.path}: the new config would {' and '.join(weaker)}; "
-                                                   "refused (restart the exporter to do that on purpose)")
+            new = ConfigError(
+                "--web.config.file",
+                f"{self.path}: the new config would {' and '.join(weaker)}; refused (restart the exporter to do that on purpose)",
+            )
         if isinstance(new, ConfigError):
             self._refused = (files, signature)
             self.reload_failures += 1
@@ -576,12 +616,12 @@ class LiveWebConfig:
         self.last_reload_ok = True
         self.config = new
         known = {entry[0]: entry for entry in signature}
-        self._signature = tuple(known[f] for f in new.files) if all(f in known for f in new.files) else \
-            _signature(new.files)
+        self._signature = tuple(known[f] for f in new.files) if all(f in known for f in new.files) else _signature(new.files)
         log.info("web_config_reloaded", file=self.path, tls=bool(new.ssl_context), basic_auth=bool(new.users))
 
 
 # --- Basic auth -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -600,8 +640,13 @@ class Authenticator:
     password costs the attacker a full bcrypt. The checks pending are bounded per
     client and in all (``verify`` answers None beyond): the queue cannot grow."""
 
-    def __init__(self, workers: int = config.BCRYPT_WORKERS, cache_size: int = config.AUTH_CACHE_SIZE,
-                 max_pending: int = BCRYPT_MAX_PENDING, max_pending_per_client: int = BCRYPT_MAX_PENDING_PER_CLIENT):
+    def __init__(
+        self,
+        workers: int = config.BCRYPT_WORKERS,
+        cache_size: int = config.AUTH_CACHE_SIZE,
+        max_pending: int = BCRYPT_MAX_PENDING,
+        max_pending_per_client: int = BCRYPT_MAX_PENDING_PER_CLIENT,
+    ):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bcrypt")
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
@@ -718,13 +763,12 @@ class RateLimiter:
 
 
 def _too_many(retry_after: int | None = None) -> web.Response:
-    return web.Response(status=429, text="too many requests\n",
-                        headers={"Retry-After": str(retry_after)} if retry_after else None)
+    return web.Response(
+        status=429, text="too many requests\n", headers={"Retry-After": str(retry_after)} if retry_after else None
+    )
 
 
-def auth_middleware(
-    live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic
-) -> Middleware:
+def auth_middleware(live: LiveWebConfig, authenticator: Authenticator, mono: Callable[[], float] = time.monotonic) -> Middleware:
     """Basic auth and rate_limit. exporter-toolkit takes one bucket for every request
     before auth, so a client without the password could use up the real scrapes'
     share; here each client address has its own buckets, and requests without valid
@@ -766,7 +810,8 @@ def auth_middleware(
                 return _too_many(retry_after=1)
             if ok:
                 return await handler(request)
-        return web.Response(status=401, text="unauthorized\n",
-                            headers={"WWW-Authenticate": 'Basic realm="vllm-specdec-exporter"'})
+        return web.Response(
+            status=401, text="unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="vllm-specdec-exporter"'}
+        )
 
     return middleware

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import yaml
 from aiohttp import web
-
 from conftest import REPO
 from prom_harness import Prom, http_ok, listening_port, process, tool, wait_for
 from vllm_specdec_exporter.generators import rules

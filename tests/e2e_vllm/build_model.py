@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 
 import torch
+from model_cache import model_dir
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-from model_cache import model_dir
 
 SEED = 1234
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 128, 2, 2, 384

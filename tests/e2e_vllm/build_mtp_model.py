@@ -34,14 +34,13 @@ import time
 from pathlib import Path
 
 import torch
+from build_model import build_tokenizer, corpus
+from model_cache import mtp_model_dir
 from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer, DeepseekV3RMSNorm
-
-from build_model import build_tokenizer, corpus
-from model_cache import mtp_model_dir
 
 SEED = 4321
 SEQ = 64

@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cli_path, require, run_cli
 
 HERE = Path(__file__).resolve().parent

@@ -26,14 +26,25 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cli_path, require, run_cli
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from driver import (
-    K, MODEL_NAME, NGRAM, E2EError, Forwarder, Sidecar, SpecLine, VllmServer, drive_load, free_port, pick, samples,
-    settle, wait_for,
+    MODEL_NAME,
+    NGRAM,
+    E2EError,
+    Forwarder,
+    K,
+    Sidecar,
+    SpecLine,
+    VllmServer,
+    drive_load,
+    free_port,
+    pick,
+    samples,
+    settle,
+    wait_for,
 )
 from model_cache import model_dir
 

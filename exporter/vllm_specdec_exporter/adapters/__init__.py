@@ -36,15 +36,22 @@ class Adapter(Protocol):
     @property
     def spec_families(self) -> tuple[str, ...]: ...  # the ones whose presence means "spec decode on"
 
-
     def snapshot(self, exp: Exposition) -> Snapshot | None: ...
 
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]: ...
 
 
 ADAPTERS: tuple[Adapter, ...] = (
-    vllm_v0.ADAPTER, dynamo.VLLM, vllm_v1.ADAPTER, ray_serve.ADAPTER, llamacpp.ADAPTER, lmdeploy.ADAPTER,
-    dynamo.TRTLLM, trtllm.ADAPTER, dynamo.SGLANG, sglang.ADAPTER,
+    vllm_v0.ADAPTER,
+    dynamo.VLLM,
+    vllm_v1.ADAPTER,
+    ray_serve.ADAPTER,
+    llamacpp.ADAPTER,
+    lmdeploy.ADAPTER,
+    dynamo.TRTLLM,
+    trtllm.ADAPTER,
+    dynamo.SGLANG,
+    sglang.ADAPTER,
 )
 BY_NAME: dict[str, Adapter] = {a.name: a for a in ADAPTERS}
 PRODUCERS: tuple[str, ...] = tuple(BY_NAME)
@@ -80,8 +87,9 @@ def _counted(exp: Exposition, present: set[str], basis: Basis) -> int:
     best = 0
     for names in alternatives:
         if labels:
-            n = sum(1 for name in names if name in present
-                    and any(not s.labels.keys().isdisjoint(labels) for s in exp.samples[name]))
+            n = sum(
+                1 for name in names if name in present and any(not s.labels.keys().isdisjoint(labels) for s in exp.samples[name])
+            )
         else:
             n = sum(1 for name in names if name in present)
         best = max(best, n)
@@ -113,10 +121,12 @@ def _also_present(exp: Exposition, chosen: Adapter, others: tuple[Adapter, ...])
         extra = [n for n in other.spec_families if exp.samples.get(n) and n not in named]
         if extra:
             named.update(extra)
-            warnings.append(f"the payload also has producer {other.name}'s spec-decode families ({', '.join(extra)}; "
-                            f"{_score(other, exp)} of its {len(other.spec_families)}); read as {chosen.name} "
-                            f"({_score(chosen, exp)} of its {len(chosen.spec_families)}): if that is wrong, name the "
-                            "producer (a target's producer:, --producer)")
+            warnings.append(
+                f"the payload also has producer {other.name}'s spec-decode families ({', '.join(extra)}; "
+                f"{_score(other, exp)} of its {len(other.spec_families)}); read as {chosen.name} "
+                f"({_score(chosen, exp)} of its {len(chosen.spec_families)}): if that is wrong, name the "
+                "producer (a target's producer:, --producer)"
+            )
     return tuple(warnings)
 
 
@@ -125,19 +135,21 @@ class NoSpecDecodeFamilies(ParseError):
     still carries the generation-token counters, so "generating without drafting"
     stays visible."""
 
-    def __init__(self, generation: dict[SeriesKey, float] | None = None,
-                 adapters: tuple[Adapter, ...] = ADAPTERS, detected: str | None = None) -> None:
+    def __init__(
+        self,
+        generation: dict[SeriesKey, float] | None = None,
+        adapters: tuple[Adapter, ...] = ADAPTERS,
+        detected: str | None = None,
+    ) -> None:
         # vLLM V1's families in full, one per other producer (the line stays readable).
         names = [n for a in adapters for n in (a.spec_families if a is vllm_v1.ADAPTER else a.spec_families[:1])]
         looked_for = ", ".join(dict.fromkeys(names))
         hint = f"; the families present are producer {detected!r}'s" if detected else ""
-        super().__init__(f"no speculative-decoding families found (looked for {looked_for}){hint}; "
-                         "is spec decode enabled?")
+        super().__init__(f"no speculative-decoding families found (looked for {looked_for}){hint}; is spec decode enabled?")
         self.generation = generation or {}
 
 
-def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
-            producer: str | None = None) -> Snapshot:
+def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES, producer: str | None = None) -> Snapshot:
     """Parse a /metrics payload and read it with the named producer's adapter, or
     the detected one. Raises UnsupportedProducer for a producer that is refused."""
     if producer is not None and producer not in BY_NAME:

@@ -62,21 +62,26 @@ def families_present(exp: Exposition, names: Iterable[str], labels: Iterable[str
     how strongly a payload looks like a producer's, so one stray family never outweighs
     a producer's full set (adapters.ranked)."""
     labels = tuple(labels)
-    return sum(1 for n in names if any(not labels or any(lbl in s.labels for lbl in labels)
-                                       for s in exp.samples.get(n, ())))
+    return sum(1 for n in names if any(not labels or any(lbl in s.labels for lbl in labels) for s in exp.samples.get(n, ())))
 
 
 def relabel(exp: Exposition, renames: Mapping[str, str], identity: Iterable[str] = ()) -> Exposition:
     """A copy of ``exp`` with ``renames`` (source name -> vLLM V1 name) applied and the
     engine label rebuilt from ``identity`` (so replicas/workers stay distinct)."""
     identity = tuple(identity)
-    out = Exposition(malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series,
-                     issues=list(exp.issues), openmetrics=exp.openmetrics, size=exp.size)
+    out = Exposition(
+        malformed_lines=exp.malformed_lines,
+        duplicate_series=exp.duplicate_series,
+        issues=list(exp.issues),
+        openmetrics=exp.openmetrics,
+        size=exp.size,
+    )
     for src, dst in renames.items():
         samples = exp.samples.get(src)
         if samples:
-            out.samples[dst] = [Sample(dst, {**s.labels, config.LABEL_ENGINE: engine_id(s.labels, identity)}, s.value)
-                                for s in samples]
+            out.samples[dst] = [
+                Sample(dst, {**s.labels, config.LABEL_ENGINE: engine_id(s.labels, identity)}, s.value) for s in samples
+            ]
     return out
 
 
@@ -99,8 +104,13 @@ class UnsupportedProducer(ParseError):
 
 
 # vLLM V1's five families; other producers that copy the scheme differ by prefix.
-VLLM_V1_NAMES = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED,
-                 config.VLLM_V1_ACCEPTED_PER_POS, config.VLLM_V1_GENERATION_TOKENS)
+VLLM_V1_NAMES = (
+    config.VLLM_V1_DRAFTS,
+    config.VLLM_V1_DRAFT_TOKENS,
+    config.VLLM_V1_ACCEPTED,
+    config.VLLM_V1_ACCEPTED_PER_POS,
+    config.VLLM_V1_GENERATION_TOKENS,
+)
 
 
 def with_prefix(prefix: str, generation: bool = True) -> dict[str, str]:
@@ -114,8 +124,9 @@ class RenamedVllmAdapter:
     extra identity labels: renamed onto vLLM's names and read by the V1 adapter, so
     both share one implementation (figures, checks, warnings)."""
 
-    def __init__(self, name: str, renames: tuple[dict[str, str], ...], identity: tuple[str, ...] = (),
-                 require_labels: tuple[str, ...] = ()):
+    def __init__(
+        self, name: str, renames: tuple[dict[str, str], ...], identity: tuple[str, ...] = (), require_labels: tuple[str, ...] = ()
+    ):
         from . import vllm_v1  # the adapter this one feeds
 
         self._v1 = vllm_v1.ADAPTER
@@ -128,8 +139,10 @@ class RenamedVllmAdapter:
         self.approximate: tuple[str, ...] = ()
         # What score() counts, for adapters.ranked: the spec families of each alternative,
         # and the labels a sample must carry.
-        self.score_basis = (tuple(tuple(s for s, d in r.items() if d != config.VLLM_V1_GENERATION_TOKENS)
-                                  for r in renames), require_labels)
+        self.score_basis = (
+            tuple(tuple(s for s, d in r.items() if d != config.VLLM_V1_GENERATION_TOKENS) for r in renames),
+            require_labels,
+        )
 
     def _score(self, exp: Exposition, renames: dict[str, str]) -> int:
         spec = [s for s, d in renames.items() if d != config.VLLM_V1_GENERATION_TOKENS]

@@ -14,7 +14,6 @@ from .common import DYNAMO_IDENTITY, DYNAMO_LABELS, VLLM_V1_NAMES, RenamedVllmAd
 from .sglang import SglangAdapter
 from .trtllm import TrtllmAdapter
 
-VLLM = RenamedVllmAdapter("dynamo-vllm", ({n: n for n in VLLM_V1_NAMES},), identity=DYNAMO_IDENTITY,
-                          require_labels=DYNAMO_LABELS)
+VLLM = RenamedVllmAdapter("dynamo-vllm", ({n: n for n in VLLM_V1_NAMES},), identity=DYNAMO_IDENTITY, require_labels=DYNAMO_LABELS)
 TRTLLM = TrtllmAdapter("dynamo-trtllm", identity=DYNAMO_IDENTITY, require_labels=DYNAMO_LABELS)
 SGLANG = SglangAdapter("dynamo-sglang", identity=DYNAMO_IDENTITY, require_labels=DYNAMO_LABELS)

@@ -15,7 +15,6 @@ from ..model import Snapshot
 from ..parser import Exposition
 from .common import RenamedVllmAdapter, with_prefix
 
-
 PREFIX = "llamacpp:"
 
 
@@ -30,10 +29,13 @@ class LlamacppAdapter(RenamedVllmAdapter):
         cut = [key for key, c in snap.engines.items() if not c.k and c.drafts > 0]
         if not cut:
             return snap
-        warnings = [f"{PREFIX}spec_decode_num_accepted_tokens_per_pos_total absent while drafts were counted "
-                    "(a cut-off scrape?); engine left out"]
-        return replace(snap, engines={k: c for k, c in snap.engines.items() if k not in cut},
-                       warnings=snap.warnings + tuple(warnings))
+        warnings = [
+            f"{PREFIX}spec_decode_num_accepted_tokens_per_pos_total absent while drafts were counted "
+            "(a cut-off scrape?); engine left out"
+        ]
+        return replace(
+            snap, engines={k: c for k, c in snap.engines.items() if k not in cut}, warnings=snap.warnings + tuple(warnings)
+        )
 
 
 ADAPTER = LlamacppAdapter("llamacpp", (with_prefix(PREFIX, generation=False),))

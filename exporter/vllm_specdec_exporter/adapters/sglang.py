@@ -39,8 +39,9 @@ class SglangAdapter(LabelledAdapter):
     families = (VERIFY_CALLS, ACCEPT_LENGTH, NUM_DRAFT_TOKENS, GENERATION)
     approximate = ("mean_acceptance_length", "acceptance_rate")
 
-    def _sums(self, name: str, exp: Exposition, warnings: list[str],
-              impossible: list[str] | None = None) -> dict[SeriesKey, float]:
+    def _sums(
+        self, name: str, exp: Exposition, warnings: list[str], impossible: list[str] | None = None
+    ) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in exp.samples.get(name, ()):
             key = self._key(s)
@@ -55,8 +56,11 @@ class SglangAdapter(LabelledAdapter):
         if not self.detect(exp):
             return None
         if not exp.samples.get(VERIFY_CALLS):
-            raise UnsupportedProducer(self.name, f"SGLang without {VERIFY_CALLS} (before 0.5.15): only interval "
-                                      "gauges, from which no window can be derived; run SGLang >= 0.5.15")
+            raise UnsupportedProducer(
+                self.name,
+                f"SGLang without {VERIFY_CALLS} (before 0.5.15): only interval "
+                "gauges, from which no window can be derived; run SGLang >= 0.5.15",
+            )
         warnings: list[str] = []
         impossible: list[str] = []  # values no counter can hold: invariant violations
         verify = self._sums(VERIFY_CALLS, exp, warnings, impossible)
@@ -71,21 +75,33 @@ class SglangAdapter(LabelledAdapter):
             if verify[key] == 0 and not any(w > 1 for w in width):
                 continue  # spec decode off (SGLang keeps its spec families at 0)
             if len(width) != 1 or not next(iter(width)) > 1 or not next(iter(width)) < 1e6:
-                warnings.append(f"{series_name(key)}: {NUM_DRAFT_TOKENS} is {sorted(width) or 'absent'}, not one width "
-                                "above 1; engine left out")
+                warnings.append(
+                    f"{series_name(key)}: {NUM_DRAFT_TOKENS} is {sorted(width) or 'absent'}, not one width "
+                    "above 1; engine left out"
+                )
                 continue
             if gen is None or gen < verify[key]:
-                warnings.append(f"{series_name(key)}: {GENERATION}={gen} below {VERIFY_CALLS}={verify[key]:g}; "
-                                "engine left out")
+                warnings.append(f"{series_name(key)}: {GENERATION}={gen} below {VERIFY_CALLS}={verify[key]:g}; engine left out")
                 continue
-            c = Counters(drafts=verify[key], draft_tokens=verify[key] * (next(iter(width)) - 1),
-                         accepted=gen - verify[key], per_position=(), generation_tokens=gen)
+            c = Counters(
+                drafts=verify[key],
+                draft_tokens=verify[key] * (next(iter(width)) - 1),
+                accepted=gen - verify[key],
+                per_position=(),
+                generation_tokens=gen,
+            )
             engines[key] = c
         if not engines and not warnings:
             return None  # nothing but zeros: spec decode off, as for vLLM's absent families
-        return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
-                        malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series,
-                        approximate=self.approximate, impossible_values=len(impossible))
+        return Snapshot(
+            producer=self.name,
+            engines=engines,
+            warnings=tuple(warnings) + tuple(exp.issue_messages()),
+            malformed_lines=exp.malformed_lines,
+            duplicate_series=exp.duplicate_series,
+            approximate=self.approximate,
+            impossible_values=len(impossible),
+        )
 
 
 ADAPTER = SglangAdapter()

@@ -40,8 +40,9 @@ class TrtllmAdapter(LabelledAdapter):
     families = (*spec_families, GENERATION)
     approximate: tuple[str, ...] = ()
 
-    def _per_key(self, samples: Iterable[Sample], warnings: list[str],
-                 impossible: list[str] | None = None) -> dict[SeriesKey, float]:
+    def _per_key(
+        self, samples: Iterable[Sample], warnings: list[str], impossible: list[str] | None = None
+    ) -> dict[SeriesKey, float]:
         out: dict[SeriesKey, float] = {}
         for s in samples:
             key = self._key(s)
@@ -53,8 +54,9 @@ class TrtllmAdapter(LabelledAdapter):
             out[key] = s.value
         return out
 
-    def _positions(self, samples: Iterable[Sample], warnings: list[str],
-                   impossible: list[str]) -> dict[SeriesKey, dict[int, float]]:
+    def _positions(
+        self, samples: Iterable[Sample], warnings: list[str], impossible: list[str]
+    ) -> dict[SeriesKey, dict[int, float]]:
         out: dict[SeriesKey, dict[int, float]] = {}
         for s in samples:
             raw = s.labels.get(LABEL_POSITION, "")
@@ -82,27 +84,45 @@ class TrtllmAdapter(LabelledAdapter):
         drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings, impossible)
         accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings, impossible)
         generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
-        iteration = {key for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED) for s in exp.samples.get(n, ())
-                     if bounded(s, key := self._key(s), warnings, impossible)}
+        iteration = {
+            key
+            for n in (ITER_DRAFT_TOKENS, ITER_ACCEPTED)
+            for s in exp.samples.get(n, ())
+            if bounded(s, key := self._key(s), warnings, impossible)
+        }
         engines: dict[SeriesKey, Counters] = {}
         for key in sorted(iteration | set(drafted) | set(accepted)):
             d, a = drafted.get(key, {}), accepted.get(key, {})
             if not d:
-                warnings.append(f"{series_name(key)}: no {DRAFTED} (return_perf_metrics off, or no request "
-                                "finished yet): no drafts count, engine left out")
+                warnings.append(
+                    f"{series_name(key)}: no {DRAFTED} (return_perf_metrics off, or no request "
+                    "finished yet): no drafts count, engine left out"
+                )
                 continue
             k = len(d)
             if sorted(d) != list(range(k)) or not set(a) <= set(d):
-                warnings.append(f"{series_name(key)}: drafted positions {sorted(d)} and accepted positions {sorted(a)} "
-                                "are not 0..k-1; engine left out")
+                warnings.append(
+                    f"{series_name(key)}: drafted positions {sorted(d)} and accepted positions {sorted(a)} "
+                    "are not 0..k-1; engine left out"
+                )
                 continue
             per_position = tuple(a.get(i, 0.0) for i in range(k))
-            c = Counters(drafts=d[0], draft_tokens=sum(d.values()), accepted=sum(per_position),
-                         per_position=per_position, generation_tokens=generation.get(key))
+            c = Counters(
+                drafts=d[0],
+                draft_tokens=sum(d.values()),
+                accepted=sum(per_position),
+                per_position=per_position,
+                generation_tokens=generation.get(key),
+            )
             engines[key] = c
-        return Snapshot(producer=self.name, engines=engines, warnings=tuple(warnings) + tuple(exp.issue_messages()),
-                        malformed_lines=exp.malformed_lines, duplicate_series=exp.duplicate_series,
-                        impossible_values=len(impossible))
+        return Snapshot(
+            producer=self.name,
+            engines=engines,
+            warnings=tuple(warnings) + tuple(exp.issue_messages()),
+            malformed_lines=exp.malformed_lines,
+            duplicate_series=exp.duplicate_series,
+            impossible_values=len(impossible),
+        )
 
 
 ADAPTER = TrtllmAdapter()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from ..model import SeriesKey, Snapshot
 from ..parser import Exposition
-
 from .common import UnsupportedProducer, present
 
 ACCEPTANCE_RATE = "vllm:spec_decode_draft_acceptance_rate"

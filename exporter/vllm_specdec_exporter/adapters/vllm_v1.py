@@ -17,8 +17,11 @@ def _key(sample: Sample) -> SeriesKey:
     return (sample.labels.get(config.LABEL_MODEL, ""), sample.labels.get(config.LABEL_ENGINE, ""))
 
 
-def _collect(samples: Iterable[Sample], warnings: list[str], impossible: list[str] | None = None,
-             ) -> dict[SeriesKey, float]:
+def _collect(
+    samples: Iterable[Sample],
+    warnings: list[str],
+    impossible: list[str] | None = None,
+) -> dict[SeriesKey, float]:
     out: dict[SeriesKey, float] = {}
     for s in samples:
         key = _key(s)
@@ -61,8 +64,9 @@ def _histograms(exp: Exposition, warnings: list[str]) -> tuple[dict[SeriesKey, R
         cumulative = tuple(by_edge[e] for e in edges)
         count = counts.get(key, by_edge.get(math.inf))
         if count is None or not edges or any(a > b for a, b in zip(cumulative, (*cumulative[1:], count), strict=True)):
-            warnings.append(f"{series_name(key)}: {name} buckets are not cumulative "
-                            "or have no count; per-request acceptance left out")
+            warnings.append(
+                f"{series_name(key)}: {name} buckets are not cumulative or have no count; per-request acceptance left out"
+            )
             continue
         out[key] = RequestHistogram(edges, cumulative, count)
     return out, name
@@ -71,8 +75,11 @@ def _histograms(exp: Exposition, warnings: list[str]) -> tuple[dict[SeriesKey, R
 class VllmV1Adapter:
     name = "vllm-v1"
     spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
-    families = (*spec_families, config.VLLM_V1_GENERATION_TOKENS,
-                *(n + suffix for n in config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES for suffix in ("_bucket", "_count")))
+    families = (
+        *spec_families,
+        config.VLLM_V1_GENERATION_TOKENS,
+        *(n + suffix for n in config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES for suffix in ("_bucket", "_count")),
+    )
 
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         return _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), [])

@@ -22,7 +22,9 @@ from .output import exit_status, write_or_check
 from .rules import VARIANTS, DanglingReference, Options, check_references, default_options, recorded, rule_file
 
 DASHBOARDS: dict[str, Callable[[Options], Json]] = {
-    f"{overview.UID}.json": overview.dashboard, f"{exporter_board.UID}.json": exporter_board.dashboard}
+    f"{overview.UID}.json": overview.dashboard,
+    f"{exporter_board.UID}.json": exporter_board.dashboard,
+}
 
 
 def readers(board: Json) -> dict[str, str]:

@@ -22,7 +22,6 @@ GRID_WIDTH = 24
 Json = dict[str, Any]  # a JSON object of the dashboard model
 
 
-
 def target(expr: str, legend: str = "", instant: bool = False, ref: str = "A") -> g.Target:
     return g.Target(expr=expr, legendFormat=legend, refId=ref, instant=instant, datasource=DATASOURCE)
 
@@ -31,30 +30,82 @@ def targets(*pairs: tuple[str, str], instant: bool = False) -> list[g.Target]:
     return [target(expr, legend, instant, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
 
 
-def timeseries(title: str, description: str, queries: list[g.Target], unit: str, *, min_: float | None = None,
-               max_: float | None = None, thresholds: list[Json] | None = None, overrides: list[Json] | None = None,
-               legend_calcs: Sequence[str] = ("lastNotNull", "min", "max")) -> g.TimeSeries:
+def timeseries(
+    title: str,
+    description: str,
+    queries: list[g.Target],
+    unit: str,
+    *,
+    min_: float | None = None,
+    max_: float | None = None,
+    thresholds: list[Json] | None = None,
+    overrides: list[Json] | None = None,
+    legend_calcs: Sequence[str] = ("lastNotNull", "min", "max"),
+) -> g.TimeSeries:
     return g.TimeSeries(
-        title=title, description=description, targets=queries, dataSource=DATASOURCE, unit=unit,
-        valueMin=min_, valueMax=max_, legendDisplayMode="table", legendPlacement="bottom",
-        legendCalcs=list(legend_calcs), tooltipMode="multi", lineWidth=2, fillOpacity=10, spanNulls=True,
-        thresholds=thresholds or [], thresholdsStyleMode="line" if thresholds else "off",
+        title=title,
+        description=description,
+        targets=queries,
+        dataSource=DATASOURCE,
+        unit=unit,
+        valueMin=min_,
+        valueMax=max_,
+        legendDisplayMode="table",
+        legendPlacement="bottom",
+        legendCalcs=list(legend_calcs),
+        tooltipMode="multi",
+        lineWidth=2,
+        fillOpacity=10,
+        spanNulls=True,
+        thresholds=thresholds or [],
+        thresholdsStyleMode="line" if thresholds else "off",
         overrides=overrides or [],
     )
 
 
-def stat(title: str, description: str, queries: list[g.Target], unit: str, thresholds: list[Json], *,
-         text_mode: str = "value", decimals: int | None = None, mappings: list[Json] | None = None) -> g.Stat:
-    return g.Stat(title=title, description=description, targets=queries, dataSource=DATASOURCE, format=unit,
-                  thresholds=thresholds, reduceCalc="lastNotNull", textMode=text_mode, graphMode="area",
-                  colorMode="background", decimals=decimals, mappings=mappings or [])
+def stat(
+    title: str,
+    description: str,
+    queries: list[g.Target],
+    unit: str,
+    thresholds: list[Json],
+    *,
+    text_mode: str = "value",
+    decimals: int | None = None,
+    mappings: list[Json] | None = None,
+) -> g.Stat:
+    return g.Stat(
+        title=title,
+        description=description,
+        targets=queries,
+        dataSource=DATASOURCE,
+        format=unit,
+        thresholds=thresholds,
+        reduceCalc="lastNotNull",
+        textMode=text_mode,
+        graphMode="area",
+        colorMode="background",
+        decimals=decimals,
+        mappings=mappings or [],
+    )
 
 
-def bars(title: str, description: str, queries: list[g.Target], unit: str, thresholds: list[Json], *,
-         max_: float = 1.0) -> g.BarGauge:
-    return g.BarGauge(title=title, description=description, targets=queries, dataSource=DATASOURCE, format=unit,
-                      min=0, max=max_, thresholds=thresholds, calc="lastNotNull", displayMode="gradient",
-                      orientation="horizontal")
+def bars(
+    title: str, description: str, queries: list[g.Target], unit: str, thresholds: list[Json], *, max_: float = 1.0
+) -> g.BarGauge:
+    return g.BarGauge(
+        title=title,
+        description=description,
+        targets=queries,
+        dataSource=DATASOURCE,
+        format=unit,
+        min=0,
+        max=max_,
+        thresholds=thresholds,
+        calc="lastNotNull",
+        displayMode="gradient",
+        orientation="horizontal",
+    )
 
 
 def steps(*pairs: tuple[float | None, str]) -> list[Json]:
@@ -103,8 +154,21 @@ def _strip(value: Any) -> Any:
     return value
 
 
-_LEFTOVERS = ("span", "minSpan", "height", "cacheTimeout", "error", "editable", "hideTimeOverride", "timeFrom",
-              "timeShift", "interval", "repeat", "transparent", "links")
+_LEFTOVERS = (
+    "span",
+    "minSpan",
+    "height",
+    "cacheTimeout",
+    "error",
+    "editable",
+    "hideTimeOverride",
+    "timeFrom",
+    "timeShift",
+    "interval",
+    "repeat",
+    "transparent",
+    "links",
+)
 
 
 def _fix_panel(panel: Json, next_id: Callable[[], int]) -> Json:
@@ -133,8 +197,15 @@ def _modern_bargauge(panel: Json) -> None:
     defaults = panel["fieldConfig"].setdefault("defaults", {})
     defaults.update({k: v for k, v in old["defaults"].items() if k in ("unit", "min", "max")})
     defaults["thresholds"] = {"mode": "absolute", "steps": old["thresholds"]}
-    panel["options"].update({"reduceOptions": {"calcs": old["calcs"], "fields": "", "values": False},
-                             "showUnfilled": True, "valueMode": "color", "namePlacement": "auto", "sizing": "auto"})
+    panel["options"].update(
+        {
+            "reduceOptions": {"calcs": old["calcs"], "fields": "", "values": False},
+            "showUnfilled": True,
+            "valueMode": "color",
+            "namePlacement": "auto",
+            "sizing": "auto",
+        }
+    )
     for key in ("showThresholdLabels", "showThresholdMarkers"):
         panel["options"].pop(key, None)
 
@@ -167,7 +238,6 @@ def finalize(dashboard: g.Dashboard) -> Json:
 
 
 def _json(value: Any) -> Any:
-
     """grafanalib objects -> plain JSON types, recursively."""
     if hasattr(value, "to_json_data"):
         return _json(value.to_json_data())
@@ -179,7 +249,9 @@ def _json(value: Any) -> Any:
 
 
 def variables(*templates: g.Template) -> g.Templating:
-    return g.Templating(list=[
-        g.Template(name="datasource", label="Data source", query="prometheus", type="datasource", default="Prometheus"),
-        *templates,
-    ])
+    return g.Templating(
+        list=[
+            g.Template(name="datasource", label="Data source", query="prometheus", type="datasource", default="Prometheus"),
+            *templates,
+        ]
+    )

@@ -39,23 +39,22 @@ COLUMNS = 100  # argparse wraps --help to the terminal; the docs are written at 
 # What the README said of a family beyond its help text (metrics.py), by short name.
 METRIC_NOTES: dict[str, str] = {
     "drafts": "vLLM's `spec_decode_num_drafts`, renamed",
-    "generation_tokens": "when vLLM exposes them; still exported while spec decode is off, so \"generating "
-                         "without drafting\" stays visible",
+    "generation_tokens": 'when vLLM exposes them; still exported while spec decode is off, so "generating '
+    'without drafting" stays visible',
     "window_drafts": "always present",
     "health": "one series per state, the current one 1",
     "engine_health": "one series per state, the current one 1",
     "diagnosis_info": "one series per cause that fits, none when nothing fell (see "
-                      "[Diagnosis](configuration.md#diagnosis-why-it-fell))",
+    "[Diagnosis](configuration.md#diagnosis-why-it-fell))",
     "request_acceptance_below_ratio": "only with vLLM PR #44487's per-request histogram",
     "request_acceptance_above_ratio": "only with vLLM PR #44487's per-request histogram",
     "window_requests": "only with vLLM PR #44487's per-request histogram",
     "exporter_polls": "result: success, http_error, timeout, connect_error, invalid_url, too_large, "
-                      "not_prometheus, no_spec_decode, unsupported_producer, error",
+    "not_prometheus, no_spec_decode, unsupported_producer, error",
     "exporter_last_poll_parse_errors": "a gauge: a payload that stays malformed is not counted again on every poll",
-    "exporter_warnings_suppressed": "what is remembered of them is bounded: 16-byte digests of the first 1,000 "
-                                    "characters",
+    "exporter_warnings_suppressed": "what is remembered of them is bounded: 16-byte digests of the first 1,000 characters",
     "exporter_build_info": "`revision` from `$VLLM_SPECDEC_EXPORTER_REVISION` (the image build sets it from "
-                           "`--build-arg REVISION=...`) or the source checkout's git commit, else `unknown`",
+    "`--build-arg REVISION=...`) or the source checkout's git commit, else `unknown`",
 }
 
 # Per alert (keyed by its name after PREFIX, so that each alert name is written only in
@@ -69,24 +68,28 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "the broken V4-Pro MTP head (AL 1.036), the mis-wired k=3 layer (1.09)",
         "0.1: every broken-collapse figure is below 1.1, every healthy one above, including random-token "
         "benchmark load (1.19-1.21), which must never page",
-        "16 min (head), 15 min (mis-wired)"),
+        "16 min (head), 15 min (mis-wired)",
+    ),
     "AcceptanceCollapsedFast": (
         "AL over **2m** < 1.1 with >= `fast_collapse_min_drafts_per_second` (10) drafts/s",
         "the same collapses at production traffic, in minutes",
         "10 drafts/s x 2m = 1,200 drafts: enough to make AL < 1.1 certain (below); under 10 drafts/s only the "
         "slow path above pages",
-        "4 min at 10, 100 and 1,000 drafts/s (broken head; mis-wired layer: 4 min)"),
+        "4 min at 10, 100 and 1,000 drafts/s (broken head; mis-wired layer: 4 min)",
+    ),
     "EngineCollapsed": (
         "one engine's AL over 5m < 1.1 with traffic, while its server has not collapsed",
         "a dead data-parallel rank (DP=8, one rank at AL 1.036: the server shows 2.41)",
         "the same margin, per engine",
-        "15 min"),
+        "15 min",
+    ),
     "EngineLagging": (
         "an engine's AL - 1 < `engine_lag_fraction` (0.75) x its server's, with traffic",
         "a partly broken rank",
         "healthy ranks differ by ~5 % (quiet on the DP=8 noise case); a rank at AL 1.9 among 2.61s is at 0.59 of "
         "the server's gain",
-        "15-20 min"),
+        "15-20 min",
+    ),
     "FirstPositionAcceptanceLow": (
         "position 0 acceptance over 5m < `position0_floor` (0.5), with traffic, where a profile matches or "
         "position 0 was at 0.5 or more within 1d; any k",
@@ -96,52 +99,60 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "healthy position 0 is >= 0.66 (V4-Flash k=1 worst workload; V4-Pro 0.92, fixed V4-Flash 0.70); every "
         "partial degradation is <= 0.33 (AL - 1 bounds it). Random-token load gives the sampling bug's very "
         "counters: it warns, never pages, and the description names both readings",
-        "17-19 min"),
+        "17-19 min",
+    ),
     "AcceptanceBelowBaseline": (
         "AL over 5m < 1 + `degraded_fraction` (0.75) x (profile AL - 1), with traffic",
         "the same partial degradations where a profile matches (both files)",
         "profiles hold the lowest healthy figure; 0.75 leaves the ~15 % workload swing above it. V4-Flash k=2 "
         "fixed (AL 1.99) is quiet (threshold 1.74)",
-        "17-19 min"),
+        "17-19 min",
+    ),
     "AcceptanceDropped": (
-        "AL - 1 over 30m more than `drop_fraction` (40 %) below its previous day, traffic in both, **the same k "
-        "all day**",
+        "AL - 1 over 30m more than `drop_fraction` (40 %) below its previous day, traffic in both, **the same k all day**",
         "any regression against the deployment's own history",
         "beyond the ~15 % a traffic-mix change moves it, well short of a collapse (~95 %); a k change resets the "
         "comparison (AL must fall when k falls)",
-        "28-33 min"),
+        "28-33 min",
+    ),
     "NotDrafting": (
         "generation > 1 token/s, no drafts over 5m, drafted within a day",
-        "speculative decoding switched off", "", "15 min"),
+        "speculative decoding switched off",
+        "",
+        "15 min",
+    ),
     "TargetDown": (
         "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for 5m, "
         "or is unreachable (refused, timeout) for 30m",
         "a misconfiguration; a vLLM that never came back",
         "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload stays quiet, a "
         "wrong answer is a misconfiguration no waiting fixes",
-        "6 min (wrong answer), 30 min (unreachable)"),
+        "6 min (wrong answer), 30 min (unreachable)",
+    ),
     "TargetInconsistent": (
         "over 10m, inconsistent engine polls >= 40 % of the successful polls",
         "two servers behind one URL, a producer whose counters dip, an engine over `MAX_DRAFTS_PER_SECOND`: its "
         "figures are not counted",
         "a real glitch is one poll in hours (1 in 120: quiet)",
-        "17 min"),
-    "ExporterAbsent": (
-        "no `{family:exporter_build_info}` for 10m", "the exporter not scraped", "", "15 min"),
-    "CounterInvariantViolated": (
-        "invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
+        "17 min",
+    ),
+    "ExporterAbsent": ("no `{family:exporter_build_info}` for 10m", "the exporter not scraped", "", "15 min"),
+    "CounterInvariantViolated": ("invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
     "SpeculativeTokensWasted": (
-        "last position accepted in < 5 % of drafts over 1h, with traffic", "a k larger than the draft can use",
-        "", ""),
-    "AcceptanceSuspiciouslyHigh": (
-        "acceptance > 98 % over 30m with traffic", "repetition loops", "", ""),
+        "last position accepted in < 5 % of drafts over 1h, with traffic",
+        "a k larger than the draft can use",
+        "",
+        "",
+    ),
+    "AcceptanceSuspiciouslyHigh": ("acceptance > 98 % over 30m with traffic", "repetition loops", "", ""),
     "RequestAcceptanceExtreme": (
         "over 1h, > 10 % of >= 20 finished requests at or below 5 % or above 98 % per-request acceptance (only "
         "with vLLM PR #44487's histogram; vllm-direct needs bucket edges 0.05 and 0.98)",
         "garbled output (low end), repetition loops (high end)",
         "not yet calibrated on real traffic: no vLLM release has the histogram",
         "from onset at steady traffic: 21 min (every request extreme) to 45 min (20 % of them): the 1h share "
-        "passes 10 %, then 15m"),
+        "passes 10 %, then 15m",
+    ),
 }
 
 
@@ -151,26 +162,30 @@ def _cell(text: str) -> str:
 
 def flags_table() -> str:
     from ..settings import flags_markdown
+
     return flags_markdown()
 
 
 def metrics_table() -> str:
     from ..metrics import FAMILIES
+
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
     for f in FAMILIES.values():
         labels = (*f.labels, f.name) if f.type == "stateset" else f.labels
         meaning = f.help.rstrip(".") + (f" ({METRIC_NOTES[f.short]})." if f.short in METRIC_NOTES else ".")
         rows.append(f"| `{f.sample}` | {f.type} | {', '.join(labels) or '-'} | {_cell(meaning)} |")
-    rows.append("| `process_*`, `python_*` | | | the standard process and Python collectors, on the exporter's "
-                "own registry |")
+    rows.append("| `process_*`, `python_*` | | | the standard process and Python collectors, on the exporter's own registry |")
     return "\n".join(rows)
 
 
 def alerts_table() -> str:
     from ..metrics import FAMILIES
     from .rules import ALERTS
-    rows = ["| alert | severity | for | fires when | catches | threshold and why | onset to firing |",
-            "|---|---|---|---|---|---|---|"]
+
+    rows = [
+        "| alert | severity | for | fires when | catches | threshold and why | onset to firing |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for a in ALERTS:
         when, catches, why, onset = ALERT_NOTES.get(a.name.removeprefix(PREFIX), (a.summary, "", "", ""))
         when = re.sub(r"\{family:(\w+)\}", lambda m: FAMILIES[m[1]].sample, when)
@@ -182,6 +197,7 @@ def alerts_table() -> str:
 
 def command_help(command: str) -> str:
     from ..cli import build_parser
+
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     old = os.environ.get("COLUMNS")
@@ -199,6 +215,7 @@ def command_help(command: str) -> str:
 def command_output(args: list[str], root: Path) -> str:
     """The real text output of `report` / `diff` on files of the repository."""
     from ..cli import main
+
     if not args or args[0] not in ("report", "diff") or any("://" in a or a.startswith("-") for a in args[1:]):
         raise ValueError(f"output: only report/diff on files of the repository, not {' '.join(args)}")
     out, err = io.StringIO(), io.StringIO()
@@ -239,7 +256,7 @@ def with_blocks(text: str, root: Path) -> str:
         end = text.find(END, m.end())
         if end < 0:
             raise ValueError(f"generated block {m['spec']!r} has no {END}")
-        out += [text[pos:m.end()], render_block(m["spec"], root), "\n"]
+        out += [text[pos : m.end()], render_block(m["spec"], root), "\n"]
         pos = end
     return "".join(out) + text[pos:]
 

@@ -17,8 +17,8 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -45,10 +45,22 @@ class Source:
     generation: str
 
 
-SIDECAR = Source("sidecar", m.sample("drafts"), m.sample("draft_tokens"), m.sample("accepted_tokens"),
-                 m.sample("position_accepted_tokens"), m.sample("generation_tokens"))
-DIRECT = Source("vllm-direct", c.VLLM_V1_DRAFTS, c.VLLM_V1_DRAFT_TOKENS, c.VLLM_V1_ACCEPTED,
-                c.VLLM_V1_ACCEPTED_PER_POS, c.VLLM_V1_GENERATION_TOKENS)
+SIDECAR = Source(
+    "sidecar",
+    m.sample("drafts"),
+    m.sample("draft_tokens"),
+    m.sample("accepted_tokens"),
+    m.sample("position_accepted_tokens"),
+    m.sample("generation_tokens"),
+)
+DIRECT = Source(
+    "vllm-direct",
+    c.VLLM_V1_DRAFTS,
+    c.VLLM_V1_DRAFT_TOKENS,
+    c.VLLM_V1_ACCEPTED,
+    c.VLLM_V1_ACCEPTED_PER_POS,
+    c.VLLM_V1_GENERATION_TOKENS,
+)
 VARIANTS = {"sidecar": SIDECAR, "vllm-direct": DIRECT}
 FILES = {"sidecar": "rules.yaml", "vllm-direct": "rules-vllm-direct.yaml"}
 
@@ -113,8 +125,7 @@ class Options:
     def long_group_interval(self) -> str:
         if self.long_interval:
             return self.long_interval
-        ms = min(c.parse_duration(self.range(self.hourly_window)) * 1000 / 20,
-                 c.parse_duration(LONG_INTERVAL_MAX) * 1000)
+        ms = min(c.parse_duration(self.range(self.hourly_window)) * 1000 / 20, c.parse_duration(LONG_INTERVAL_MAX) * 1000)
         return _duration(max(int(ms), 1000))
 
 
@@ -122,8 +133,7 @@ def default_options(**changes: Any) -> Options:
     """The shipped options; ``windows`` (default config.RULE_WINDOWS, read now) also sets the ranges."""
     windows = tuple(changes.pop("windows", c.RULE_WINDOWS))
     ranges = {w: w for w in (*windows, c.ALERT_FAST_COLLAPSE_RANGE)}
-    return Options(ranges=ranges, fors=dict(DEFAULT_FORS), thresholds=default_thresholds(), windows=windows,
-                   **changes)
+    return Options(ranges=ranges, fors=dict(DEFAULT_FORS), thresholds=default_thresholds(), windows=windows, **changes)
 
 
 def _minus(a: str, b: str) -> str:
@@ -148,10 +158,12 @@ def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
     fleet = (o.cluster_label,) if o.cluster_label else ()
     tgt = (c.LABEL_TARGET,) if src is SIDECAR else ()
     ns, pod, model, engine = o.namespace_label, o.pod_label, c.LABEL_MODEL, c.LABEL_ENGINE
-    return [("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, model, engine)),
-            ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, model)),
-            ("namespace_model_name", (*fleet, ns, *tgt, model)),
-            (model, (*fleet, *tgt, model))]
+    return [
+        ("namespace_pod_model_name_engine", (*fleet, ns, pod, *tgt, model, engine)),
+        ("namespace_pod_model_name", (*fleet, ns, pod, *tgt, model)),
+        ("namespace_model_name", (*fleet, ns, *tgt, model)),
+        (model, (*fleet, *tgt, model)),
+    ]
 
 
 ENGINE = "namespace_pod_model_name_engine"
@@ -186,8 +198,11 @@ def baseline_expr(src: Source, o: Options, by_labels: Iterable[str]) -> str:
     # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
     k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
     profiles = o.profiles or tuple(default_profiles())
-    clauses = [f'label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{{c.LABEL_MODEL}=~`{_model_regex(p, o, i)}`}} '
-               f'== {p.k}), "profile", "{p.name}", "", "")' for i, p in enumerate(profiles)]
+    clauses = [
+        f"label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{{c.LABEL_MODEL}=~`{_model_regex(p, o, i)}`}} "
+        f'== {p.k}), "profile", "{p.name}", "", "")'
+        for i, p in enumerate(profiles)
+    ]
     return f"\n  or on({by(by_labels)}) ".join(clauses)
 
 
@@ -201,8 +216,11 @@ def long_windows(o: Options) -> tuple[str, ...]:
     hourly window or longer, and not the detection or trend window, which alerts judge every
     evaluation."""
     hourly = c.parse_duration(o.range(o.hourly_window))
-    return tuple(w for w in o.windows if w not in (base_window(o), o.detection_window, o.trend_window)
-                 and c.parse_duration(o.range(w)) >= hourly)
+    return tuple(
+        w
+        for w in o.windows
+        if w not in (base_window(o), o.detection_window, o.trend_window) and c.parse_duration(o.range(w)) >= hourly
+    )
 
 
 def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
@@ -219,8 +237,12 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
         to.append({"record": record, "expr": expr})
 
     sel = _sel(o)
-    counters = {"drafts": src.drafts, "draft_tokens": src.draft_tokens, "accepted_tokens": src.accepted,
-                "generation_tokens": src.generation}
+    counters = {
+        "drafts": src.drafts,
+        "draft_tokens": src.draft_tokens,
+        "accepted_tokens": src.accepted,
+        "generation_tokens": src.generation,
+    }
     lv = levels(src, o)
     base, long = base_window(o), long_windows(o)
     for w in o.windows:
@@ -238,8 +260,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 if level == ENGINE and metric not in ENGINE_RATES:
                     continue
                 if from_base:
-                    record(to, name(level, metric, f"rate{w}"),
-                           f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
+                    record(to, name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
                     continue
                 if finer is None or (finer == ENGINE and metric not in ENGINE_RATES):
                     source = f"rate({counter}{sel}[{rng}])"
@@ -252,8 +273,11 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 if from_base:
                     record(to, pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
                 else:
-                    source = (f"rate({src.per_pos}{sel}[{rng}])" if finer is None or finer == ENGINE
-                              else name(finer, "position_accepted_tokens", f"rate{w}"))
+                    source = (
+                        f"rate({src.per_pos}{sel}[{rng}])"
+                        if finer is None or finer == ENGINE
+                        else name(finer, "position_accepted_tokens", f"rate{w}")
+                    )
                     record(to, pos, f"sum by ({by(labels)}, position) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
@@ -262,20 +286,31 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             if level == ENGINE:
                 finer = level
                 continue
-            record(to, name(level, "acceptance_ratio", f"ratio_rate{w}"),
-                   f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)")
+            record(
+                to,
+                name(level, "acceptance_ratio", f"ratio_rate{w}"),
+                f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)",
+            )
             if level != ENGINE:
                 pos = name(level, "position_accepted_tokens", f"rate{w}")
-                record(to, name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
-                       f"{pos} / ignoring(position) group_left() ({drafts} > 0)")
-                record(to, name(level, "effective_draft_length", f"ratio_rate{w}"),
-                       f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)")
-                record(to, name(level, "draft_token_share", f"ratio_rate{w}"),
-                       f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)")
+                record(
+                    to,
+                    name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
+                    f"{pos} / ignoring(position) group_left() ({drafts} > 0)",
+                )
+                record(
+                    to,
+                    name(level, "effective_draft_length", f"ratio_rate{w}"),
+                    f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)",
+                )
+                record(
+                    to,
+                    name(level, "draft_token_share", f"ratio_rate{w}"),
+                    f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)",
+                )
             if level not in (ENGINE, SERVER):
                 # Only where the dashboards read them (a clause per position each): not per server.
-                record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"),
-                       _conditional(level, w))
+                record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"), _conditional(level, w))
                 record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
             finer = level
 
@@ -284,31 +319,43 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     if src is SIDECAR:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
-        k_expr = (f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)")
+        k_expr = f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)"
     k = name(level, "num_speculative_tokens", "max")
     record(fast, k, k_expr)
     record(fast, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
     for metric in ("drafts", "accepted_tokens"):
         # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
-        record(slow, name(level, metric, f"rate{DAY}"),
-               f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])")
-    record(slow, name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
-           f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)")
+        record(
+            slow,
+            name(level, metric, f"rate{DAY}"),
+            f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])",
+        )
+    record(
+        slow,
+        name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
+        f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)",
+    )
     # The drop alert compares like with like: k unchanged over the day (one read of the day).
     record(slow, name(level, "num_speculative_tokens", f"changes{DAY}"), f"changes({k}[{o.day_range}])")
     # What the day held, for the alerts that ask whether a server was ever drafting (NotDrafting)
     # or its first position ever healthy (FirstPositionAcceptanceLow): the best hour of the day.
     hw = o.hourly_window
-    record(slow, name(level, "drafts", f"max_over_time{DAY}"),
-           f"max_over_time({name(level, 'drafts', f'rate{hw}')}[{o.day_range}])")
-    record(slow, name(level, "position_acceptance_ratio", f"max_over_time{DAY}"),  # position 0 only
-           f'max_over_time({name(level, "position_acceptance_ratio", f"ratio_rate{hw}")}{{position="0"}}[{o.day_range}])')
+    record(
+        slow, name(level, "drafts", f"max_over_time{DAY}"), f"max_over_time({name(level, 'drafts', f'rate{hw}')}[{o.day_range}])"
+    )
+    record(
+        slow,
+        name(level, "position_acceptance_ratio", f"max_over_time{DAY}"),  # position 0 only
+        f'max_over_time({name(level, "position_acceptance_ratio", f"ratio_rate{hw}")}{{position="0"}}[{o.day_range}])',
+    )
     if src is DIRECT:
         # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
         w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
-        for metric, suffix, edge in (("requests_finished", "_count", ""),
-                                     ("requests_acceptance_le_low", "_bucket", f"{c.REQUEST_ACCEPTANCE_LOW:g}"),
-                                     ("requests_acceptance_le_high", "_bucket", f"{c.REQUEST_ACCEPTANCE_HIGH:g}")):
+        for metric, suffix, edge in (
+            ("requests_finished", "_count", ""),
+            ("requests_acceptance_le_low", "_bucket", f"{c.REQUEST_ACCEPTANCE_LOW:g}"),
+            ("requests_acceptance_le_high", "_bucket", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"),
+        ):
             bsel = _sel(o, f'le="{edge}"') if edge else sel
             # Both names vLLM may use (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES); the first wins when both are there.
             either = " or ".join(f"rate({n}{suffix}{bsel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
@@ -321,8 +368,10 @@ def _conditional(level: str, w: str) -> str:
     match, one clause per position (one rule, so the record name is not duplicated)."""
     pos, drafts = name(level, "position_accepted_tokens", f"rate{w}"), name(level, "drafts", f"rate{w}")
     clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
-    clauses += [f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, '
-                f'"position", "{i}", "position", ".*")' for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
+    clauses += [
+        f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, "position", "{i}", "position", ".*")'
+        for i in range(1, c.MAX_SPECULATIVE_TOKENS)
+    ]
     return "\n  or ".join(clauses)
 
 
@@ -332,11 +381,14 @@ def _count_distribution(level: str, w: str) -> str:
     as 0). The position label goes, `accepted` = j comes."""
     surv = name(level, "position_acceptance_ratio", f"ratio_rate{w}")
     clauses = [f'1 - {surv}{{position="0"}}']
-    clauses += [f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
-                f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
-                for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)]
-    clauses = [f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")'
-               for j, x in enumerate(clauses)]
+    clauses += [
+        f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
+        f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
+        for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)
+    ]
+    clauses = [
+        f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")' for j, x in enumerate(clauses)
+    ]
     return "\n  or ".join(clauses)
 
 
@@ -390,20 +442,35 @@ class X:
 def _context(src: Source, o: Options) -> X:
     L, lv = c.ALERT_LEVEL, dict(levels(src, o))
     t, w, tr = o.thresholds, o.detection_window, o.trend_window
-    return X(src=src, o=o, lv=lv, t=t, on=f"on({by(lv[L])})", eon=f"on({by(lv[ENGINE])})",
-             floor=t["min_drafts_per_second"], w=w,
-             al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"), d5=name(L, "drafts", f"rate{w}"),
-             eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"), ed5=name(ENGINE, "drafts", f"rate{w}"),
-             pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"), collapse=f"1 + {t['collapse_margin']}",
-             k=name(L, "num_speculative_tokens", "max"), where=where(src, o),
-             altr=name(L, "mean_acceptance_length", f"ratio_rate{tr}"), dtr=name(L, "drafts", f"rate{tr}"))
+    return X(
+        src=src,
+        o=o,
+        lv=lv,
+        t=t,
+        on=f"on({by(lv[L])})",
+        eon=f"on({by(lv[ENGINE])})",
+        floor=t["min_drafts_per_second"],
+        w=w,
+        al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"),
+        d5=name(L, "drafts", f"rate{w}"),
+        eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"),
+        ed5=name(ENGINE, "drafts", f"rate{w}"),
+        pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"),
+        collapse=f"1 + {t['collapse_margin']}",
+        k=name(L, "num_speculative_tokens", "max"),
+        where=where(src, o),
+        altr=name(L, "mean_acceptance_length", f"ratio_rate{tr}"),
+        dtr=name(L, "drafts", f"rate{tr}"),
+    )
 
 
 def _collapsed(x: X) -> tuple[str, str]:
-    return (f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
-            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over {x.w} (1.0 means no draft "
-            f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
-            f"suspect the draft head (quantised conversion, loader) or draft sampling.")
+    return (
+        f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
+        f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w} (1.0 means no draft '
+        f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
+        f"suspect the draft head (quantised conversion, loader) or draft sampling.",
+    )
 
 
 def _collapsed_fast(x: X) -> tuple[str, str]:
@@ -412,55 +479,65 @@ def _collapsed_fast(x: X) -> tuple[str, str]:
     fr = x.o.range(c.ALERT_FAST_COLLAPSE_RANGE)
     fd = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.drafts}{_sel(x.o)}[{fr}]))"
     fa = f"sum by ({by(x.lv[c.ALERT_LEVEL])}) (rate({x.src.accepted}{_sel(x.o)}[{fr}]))"
-    return (f"1 + {fa}\n  / ({fd} >= {x.t['fast_collapse_min_drafts_per_second']})\n< {x.collapse}",
-            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over the last "
-            f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {x.t['fast_collapse_min_drafts_per_second']} drafts/s: "
-            f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
-            f"(quantised conversion, loader) or draft sampling.")
+    return (
+        f"1 + {fa}\n  / ({fd} >= {x.t['fast_collapse_min_drafts_per_second']})\n< {x.collapse}",
+        f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over the last '
+        f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {x.t['fast_collapse_min_drafts_per_second']} drafts/s: "
+        f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
+        f"(quantised conversion, loader) or draft sampling.",
+    )
 
 
 def _engine_collapsed(x: X) -> tuple[str, str]:
-    return (f"{x.eal5} < {x.collapse}\nand {x.eon} {x.ed5} > {x.floor}\nunless {x.on} {x.al5} < {x.collapse}",
-            f"Engine {ENGINE_LABEL} of {x.where} has a mean acceptance length of "
-            f"{{{{ $value | printf \"%.3f\" }}}} over {x.w} with real traffic, while the server as a whole has not "
-            f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
-            f"is corrupt on that rank).")
+    return (
+        f"{x.eal5} < {x.collapse}\nand {x.eon} {x.ed5} > {x.floor}\nunless {x.on} {x.al5} < {x.collapse}",
+        f"Engine {ENGINE_LABEL} of {x.where} has a mean acceptance length of "
+        f'{{{{ $value | printf "%.3f" }}}} over {x.w} with real traffic, while the server as a whole has not '
+        f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
+        f"is corrupt on that rank).",
+    )
 
 
 def _engine_lagging(x: X) -> tuple[str, str]:
     f = x.t["engine_lag_fraction"]
-    return (f"({x.eal5} - 1)\n  < {x.on} group_left() {f} * ({x.al5} - 1)\n"
-            f"and {x.eon} {x.ed5} > {x.floor}\nunless {x.eon} {x.eal5} < {x.collapse}",
-            f"The speculative gain (mean acceptance length - 1) of engine {ENGINE_LABEL} of {x.where} is "
-            f"{{{{ $value | printf \"%.3f\" }}}} over {x.w}, below {f} x the whole server's. "
-            f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.")
+    return (
+        f"({x.eal5} - 1)\n  < {x.on} group_left() {f} * ({x.al5} - 1)\n"
+        f"and {x.eon} {x.ed5} > {x.floor}\nunless {x.eon} {x.eal5} < {x.collapse}",
+        f"The speculative gain (mean acceptance length - 1) of engine {ENGINE_LABEL} of {x.where} is "
+        f'{{{{ $value | printf "%.3f" }}}} over {x.w}, below {f} x the whole server\'s. '
+        f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.",
+    )
 
 
 def _position0_low(x: X) -> tuple[str, str]:
     # A low position 0 warns only against a matched profile or after a fall: position 0 at or
     # above the floor over some hour of the last day. A steady weak drafter with no profile
-    # and nothing better seen (vLLM's Qwen3-VL EAGLE3 reference: 0.29) is not a fall (issue 21).
+    # and nothing better seen (vLLM's Qwen3-VL EAGLE3 reference: 0.29) is not a fall.
     L, o = c.ALERT_LEVEL, x.o
     baseline = name(L, "baseline_mean_acceptance_length", "max")
     best = name(L, "position_acceptance_ratio", f"max_over_time{DAY}")  # position 0's best hour of the day
     floor = x.t["position0_floor"]
-    return (f'max without(position) ({x.pos5}{{position="0"}}) < {floor}\n'
-            f'and {x.on} {x.d5} > {x.floor}\n'
-            f'and {x.on} (\n  {baseline}\n  or max without(position) ({best}) >= {floor}\n)',
-            f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
-            f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
-            f"{floor} or more within {o.day_range}. Either a broken draft path (draft sampling, missing draft "
-            f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
-            f"same counters.")
+    return (
+        f'max without(position) ({x.pos5}{{position="0"}}) < {floor}\n'
+        f"and {x.on} {x.d5} > {x.floor}\n"
+        f"and {x.on} (\n  {baseline}\n  or max without(position) ({best}) >= {floor}\n)",
+        f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
+        f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
+        f"{floor} or more within {o.day_range}. Either a broken draft path (draft sampling, missing draft "
+        f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
+        f"same counters.",
+    )
 
 
 def _below_baseline(x: X) -> tuple[str, str]:
     baseline = name(c.ALERT_LEVEL, "baseline_mean_acceptance_length", "max")
     f = x.t["degraded_fraction"]
-    return (f"{x.al5}\n  < {x.on} 1 + {f} * ({baseline} - 1)\nand {x.on} {x.d5} > {x.floor}",
-            f"Mean acceptance length of {x.where} is {{{{ $value | printf \"%.3f\" }}}} over {x.w}, below "
-            f"1 + {f} x (baseline - 1) for its baseline profile "
-            f"({baseline}).")
+    return (
+        f"{x.al5}\n  < {x.on} 1 + {f} * ({baseline} - 1)\nand {x.on} {x.d5} > {x.floor}",
+        f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w}, below '
+        f"1 + {f} x (baseline - 1) for its baseline profile "
+        f"({baseline}).",
+    )
 
 
 def _dropped(x: X) -> tuple[str, str]:
@@ -469,21 +546,25 @@ def _dropped(x: X) -> tuple[str, str]:
     keep = f"(1 - {x.t['drop_fraction']})"
     offset = o.drop_offset or o.range(o.trend_window)
     # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
-    return (f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
-            f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
-            f"and {x.on} {name(L, 'num_speculative_tokens', f'changes{DAY}')} == 0",
-            f"The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf \"%.3f\" }}}} "
-            f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
-            f"same k.")
+    return (
+        f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
+        f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
+        f"and {x.on} {name(L, 'num_speculative_tokens', f'changes{DAY}')} == 0",
+        f'The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf "%.3f" }}}} '
+        f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
+        f"same k.",
+    )
 
 
 def _not_drafting(x: X) -> tuple[str, str]:
     L = c.ALERT_LEVEL
     g5 = name(L, "generation_tokens", f"rate{x.w}")
-    return (f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
-            f"and {x.on} {name(L, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
-            f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
-            f"drafting within the last day: speculative decoding is off or silently disabled.")
+    return (
+        f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
+        f"and {x.on} {name(L, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
+        f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
+        f"drafting within the last day: speculative decoding is off or silently disabled.",
+    )
 
 
 _TARGET_DOWN = "VLLMSpecDecodeTargetDown"  # its builder reads its own `for`
@@ -494,64 +575,80 @@ def _target_down(x: X) -> tuple[str, str]:
     fail = "|".join(c.TARGET_MISCONFIGURED_RESULTS)
     unreachable = o.unreachable_range or _minus(c.TARGET_UNREACHABLE_AFTER, o.fors[_TARGET_DOWN])
     up = m.name("up")
-    return (f"(\n  {up}{_sel(o)} == 0\n  and ignoring(result) "
-            f"increase({m.sample('exporter_polls')}{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
-            f"or max_over_time({up}{_sel(o)}[{unreachable}]) == 0",
-            f"{TARGET_AT_INSTANCE} either answers with something "
-            "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
-            f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
-            f"weight reload. See {m.sample('exporter_polls')} by result and the sidecar's log.")
+    return (
+        f"(\n  {up}{_sel(o)} == 0\n  and ignoring(result) "
+        f"increase({m.sample('exporter_polls')}{_sel(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
+        f"or max_over_time({up}{_sel(o)}[{unreachable}]) == 0",
+        f"{TARGET_AT_INSTANCE} either answers with something "
+        "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
+        f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
+        f"weight reload. See {m.sample('exporter_polls')} by result and the sidecar's log.",
+    )
 
 
 def _target_inconsistent(x: X) -> tuple[str, str]:
     w, share = c.TARGET_INCONSISTENT_WINDOW, c.TARGET_INCONSISTENT_SHARE
     ok = f"increase({m.sample('exporter_polls')}{_sel(x.o, 'result=' + chr(34) + 'success' + chr(34))}[{w}])"
-    return (f"increase({m.sample('exporter_inconsistent_polls')}{_sel(x.o)}[{w}])\n"
-            f"  >= ignoring(result) {share} * {ok}\nand ignoring(result) {ok} > 0",
-            f"{TARGET_AT_INSTANCE} gave {{{{ $value | humanize }}}} "
-            f"inconsistent engine polls in {w} (counters that went down without a restart, drafts faster than "
-            f"any engine, two servers behind one URL): they are not counted, so its figures and alerts are blind. "
-            "See the sidecar's log (target_warning) for the reason.")
+    return (
+        f"increase({m.sample('exporter_inconsistent_polls')}{_sel(x.o)}[{w}])\n"
+        f"  >= ignoring(result) {share} * {ok}\nand ignoring(result) {ok} > 0",
+        f"{TARGET_AT_INSTANCE} gave {{{{ $value | humanize }}}} "
+        f"inconsistent engine polls in {w} (counters that went down without a restart, drafts faster than "
+        f"any engine, two servers behind one URL): they are not counted, so its figures and alerts are blind. "
+        "See the sidecar's log (target_warning) for the reason.",
+    )
 
 
 def _exporter_absent(x: X) -> tuple[str, str]:
-    return (f"absent({m.name('exporter_build_info')}{_sel(x.o)})",
-            f"Prometheus has no {m.name('exporter_build_info')} series: the sidecar is not running, not "
-            "scraped, or its series are dropped.")
+    return (
+        f"absent({m.name('exporter_build_info')}{_sel(x.o)})",
+        f"Prometheus has no {m.name('exporter_build_info')} series: the sidecar is not running, not "
+        "scraped, or its series are dropped.",
+    )
 
 
 def _invariant(x: X) -> tuple[str, str]:
     if x.src is SIDECAR:
-        return (f"increase({m.sample('exporter_invariant_violations')}{_sel(x.o)}[10m]) > 0",
-                f"The exporter at {label('instance')} (target {label(c.LABEL_TARGET)}) saw {{{{ $value | humanize }}}} "
-                "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
-                "figures of the affected engine are suspect.")
+        return (
+            f"increase({m.sample('exporter_invariant_violations')}{_sel(x.o)}[10m]) > 0",
+            f"The exporter at {label('instance')} (target {label(c.LABEL_TARGET)}) saw {{{{ $value | humanize }}}} "
+            "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
+            "figures of the affected engine are suspect.",
+        )
     eb = by(x.lv[ENGINE])
     rng, sel, src = x.o.range(x.w), _sel(x.o), x.src
     acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
-    return (f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
-            f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
-            f"  > on({eb}) 0.001 * {acc} + 0.001",
-            f"Engine {ENGINE_LABEL} of {x.where} reports accepted tokens that exceed its draft tokens "
-            f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.")
+    return (
+        f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
+        f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
+        f"  > on({eb}) 0.001 * {acc} + 0.001",
+        f"Engine {ENGINE_LABEL} of {x.where} reports accepted tokens that exceed its draft tokens "
+        f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.",
+    )
 
 
 def _wasted(x: X) -> tuple[str, str]:
     hw = x.o.hourly_window
     pos1h = name(c.ALERT_LEVEL, "position_acceptance_ratio", f"ratio_rate{hw}")
-    clauses = [f'({pos1h}{{position="{i}"}} < {x.t["wasted_position_ratio"]} and {x.on} {x.k} == {i + 1})'
-               for i in range(1, c.MAX_SPECULATIVE_TOKENS)]
-    return ("(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', f'rate{hw}')} > {x.floor}",
-            f"The last draft position (position {POSITION_LABEL}) of {x.where} was accepted in "
-            f"{{{{ $value | humanizePercentage }}}} of drafts over {hw}. Each draft still pays for it; consider "
-            f"num_speculative_tokens = {POSITION_LABEL}.")
+    clauses = [
+        f'({pos1h}{{position="{i}"}} < {x.t["wasted_position_ratio"]} and {x.on} {x.k} == {i + 1})'
+        for i in range(1, c.MAX_SPECULATIVE_TOKENS)
+    ]
+    return (
+        "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', f'rate{hw}')} > {x.floor}",
+        f"The last draft position (position {POSITION_LABEL}) of {x.where} was accepted in "
+        f"{{{{ $value | humanizePercentage }}}} of drafts over {hw}. Each draft still pays for it; consider "
+        f"num_speculative_tokens = {POSITION_LABEL}.",
+    )
 
 
 def _suspicious(x: X) -> tuple[str, str]:
     rate30 = name(c.ALERT_LEVEL, "acceptance_ratio", f"ratio_rate{x.o.trend_window}")
-    return (f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.dtr} > {x.floor}",
-            f"Draft acceptance of {x.where} is {{{{ $value | humanizePercentage }}}} over {x.o.trend_window}. Sustained acceptance "
-            f"this high goes with repetition loops (draft and target agree on repeating text).")
+    return (
+        f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.dtr} > {x.floor}",
+        f"Draft acceptance of {x.where} is {{{{ $value | humanizePercentage }}}} over {x.o.trend_window}. Sustained acceptance "
+        f"this high goes with repetition loops (draft and target agree on repeating text).",
+    )
 
 
 def _request_extremes(x: X) -> tuple[str, str]:
@@ -567,14 +664,17 @@ def _request_extremes(x: X) -> tuple[str, str]:
     else:
         # Recorded in the long group (recording_rules): the rates over the window, per server.
         L = c.ALERT_LEVEL
-        count, le_low, le_high = (name(L, n, f"rate{w}") for n in ("requests_finished", "requests_acceptance_le_low",
-                                                                   "requests_acceptance_le_high"))
+        count, le_low, le_high = (
+            name(L, n, f"rate{w}") for n in ("requests_finished", "requests_acceptance_le_low", "requests_acceptance_le_high")
+        )
         finished = f"{count} * {c.parse_duration(x.o.range(w)):g}"
         below, above = f"{le_low} / on({lb}) {count}", f"1 - {le_high} / on({lb}) {count}"
-    return (f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
-            f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {x.where} had a draft "
-            f"acceptance at or below {low} or above {high} (vLLM's per-request histogram). Very low goes with garbled output, "
-            f"very high with repetition loops; look at the dashboard's extremes panel for which end.")
+    return (
+        f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",
+        f"Over {w}, {{{{ $value | humanizePercentage }}}} of the finished requests of {x.where} had a draft "
+        f"acceptance at or below {low} or above {high} (vLLM's per-request histogram). Very low goes with garbled output, "
+        f"very high with repetition loops; look at the dashboard's extremes panel for which end.",
+    )
 
 
 # Each threshold the alerts read, and what it means (the Helm chart's prometheusRule.thresholds).
@@ -591,11 +691,13 @@ THRESHOLD_MEANINGS = {
     "fast_collapse_min_drafts_per_second": "the fast page's traffic floor (drafts/s)",
 }
 
-# The likely cause each alert's own expression points at (issue 15's fingerprints, as far as
+# The likely cause each alert's own expression points at (the broken cases' fingerprints, as far as
 # PromQL sees them): a hint, never a certainty; where two causes fit, both. The sidecar's
 # vllm_specdec_diagnosis_info names the cause from per-engine, restart and k evidence too.
-_GARBAGE = ("the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means "
-            "position 0 was accepted in under 10 % of drafts")
+_GARBAGE = (
+    "the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means "
+    "position 0 was accepted in under 10 % of drafts"
+)
 _CONFIG = f"{_GARBAGE}; or a configuration change, if it began with a restart or a new k."
 _RANK = "one rank: its siblings on the same server are healthy (a rank-specific load, device or node)."
 
@@ -613,60 +715,144 @@ class Alert:
 
 
 ALERTS: tuple[Alert, ...] = (
-    Alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", c.ALERT_COLLAPSE_FOR,
-          ("collapse_margin", "min_drafts_per_second"),
-          "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-          _collapsed, _CONFIG),
-    Alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical", c.ALERT_FAST_COLLAPSE_FOR,
-          ("collapse_margin", "fast_collapse_min_drafts_per_second"),
-          "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
-          "accepted.", _collapsed_fast, _CONFIG),
-    Alert("VLLMSpecDecodeEngineCollapsed", "critical", c.ALERT_ENGINE_COLLAPSE_FOR,
-          ("collapse_margin", "min_drafts_per_second"),
-          "One engine's speculative decoding has collapsed while its siblings are healthy.", _engine_collapsed, _RANK),
-    Alert("VLLMSpecDecodeEngineLagging", "warning", c.ALERT_ENGINE_LAG_FOR,
-          ("engine_lag_fraction", "collapse_margin", "min_drafts_per_second"),
-          "One engine's speculative gain lags far behind its siblings'.", _engine_lagging, _RANK),
-    Alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning", c.ALERT_POSITION0_FOR,
-          ("position0_floor", "min_drafts_per_second"),
-          "The first draft position is rarely accepted: a broken draft path, or synthetic load.", _position0_low,
-          'a partly broken draft head (conversion, loader, draft sampling or context) if it has been low since a deployment; a workload shift (synthetic random-token load, temperature, traffic mix) if it fell without one: the counters alone cannot tell them apart.'),
-    Alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", c.ALERT_BELOW_BASELINE_FOR,
-          ("degraded_fraction", "min_drafts_per_second"),
-          "Speculative-decoding acceptance is below the baseline profile's expectation.", _below_baseline,
-          'a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.'),
-    Alert("VLLMSpecDecodeAcceptanceDropped", "warning", c.ALERT_DROPPED_FOR, ("drop_fraction", "min_drafts_per_second"),
-          "Speculative-decoding acceptance fell sharply against this deployment's own history.", _dropped,
-          "a workload shift if the fall was gradual; a configuration change (new artifact or version at the same k) "
-          "if it was sudden."),
-    Alert("VLLMSpecDecodeNotDrafting", "warning", c.ALERT_NOT_DRAFTING_FOR,
-          ("min_generation_tokens_per_second", "min_drafts_per_second"),
-          "vLLM generates tokens but speculative decoding has stopped drafting.", _not_drafting),
-    Alert(_TARGET_DOWN, "warning", c.ALERT_TARGET_DOWN_FOR, (),
-          "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.", _target_down, sidecar_only=True),
-    Alert("VLLMSpecDecodeTargetInconsistent", "warning", c.ALERT_TARGET_INCONSISTENT_FOR, (),
-          "Most polls of a target are inconsistent: its figures are not counted.", _target_inconsistent,
-          "two servers behind one URL (scrape the pods, not a Service), a producer whose counters go down "
-          "without a restart, or an engine faster than MAX_DRAFTS_PER_SECOND.", sidecar_only=True),
-    Alert("VLLMSpecDecodeExporterAbsent", "warning", c.ALERT_EXPORTER_ABSENT_FOR, (),
-          "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.", _exporter_absent,
-          sidecar_only=True),
-    Alert("VLLMSpecDecodeCounterInvariantViolated", "info", c.ALERT_INVARIANT_FOR, (),
-          "vLLM's speculative-decoding counters break their own invariants.", _invariant),
-    Alert("VLLMSpecDecodeSpeculativeTokensWasted", "info", c.ALERT_WASTED_FOR,
-          ("wasted_position_ratio", "min_drafts_per_second"),
-          "The last speculative position is almost never accepted: a smaller k would save draft compute.", _wasted,
-          "the draft chain breaks before the last position: k beyond what the draft was trained for, or a "
-          "mis-wired later layer."),
-    Alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", c.ALERT_HIGH_FOR,
-          ("suspicious_acceptance_ratio", "min_drafts_per_second"),
-          "Speculative-decoding acceptance is suspiciously close to 100 %.", _suspicious,
-          "too good to be true: repetition loops, a broken detector or broken metrics."),
-    Alert("VLLMSpecDecodeRequestAcceptanceExtreme", "info", c.ALERT_REQUEST_EXTREMES_FOR, (),
-          "Many finished requests had almost no draft token accepted, or almost all.", _request_extremes,
-          "very low per-request acceptance: garbled or rare-character output (the target rejects the draft); very "
-          "high: repetition loops (a corrupted state in a high-confidence loop) -- or a workload that is one or the "
-          "other by design."),
+    Alert(
+        "VLLMSpecDecodeAcceptanceCollapsed",
+        "critical",
+        c.ALERT_COLLAPSE_FOR,
+        ("collapse_margin", "min_drafts_per_second"),
+        "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+        _collapsed,
+        _CONFIG,
+    ),
+    Alert(
+        "VLLMSpecDecodeAcceptanceCollapsedFast",
+        "critical",
+        c.ALERT_FAST_COLLAPSE_FOR,
+        ("collapse_margin", "fast_collapse_min_drafts_per_second"),
+        "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never accepted.",
+        _collapsed_fast,
+        _CONFIG,
+    ),
+    Alert(
+        "VLLMSpecDecodeEngineCollapsed",
+        "critical",
+        c.ALERT_ENGINE_COLLAPSE_FOR,
+        ("collapse_margin", "min_drafts_per_second"),
+        "One engine's speculative decoding has collapsed while its siblings are healthy.",
+        _engine_collapsed,
+        _RANK,
+    ),
+    Alert(
+        "VLLMSpecDecodeEngineLagging",
+        "warning",
+        c.ALERT_ENGINE_LAG_FOR,
+        ("engine_lag_fraction", "collapse_margin", "min_drafts_per_second"),
+        "One engine's speculative gain lags far behind its siblings'.",
+        _engine_lagging,
+        _RANK,
+    ),
+    Alert(
+        "VLLMSpecDecodeFirstPositionAcceptanceLow",
+        "warning",
+        c.ALERT_POSITION0_FOR,
+        ("position0_floor", "min_drafts_per_second"),
+        "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
+        _position0_low,
+        "a partly broken draft head (conversion, loader, draft sampling or context) if it has been low since a deployment; a workload shift (synthetic random-token load, temperature, traffic mix) if it fell without one: the counters alone cannot tell them apart.",
+    ),
+    Alert(
+        "VLLMSpecDecodeAcceptanceBelowBaseline",
+        "warning",
+        c.ALERT_BELOW_BASELINE_FOR,
+        ("degraded_fraction", "min_drafts_per_second"),
+        "Speculative-decoding acceptance is below the baseline profile's expectation.",
+        _below_baseline,
+        "a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.",
+    ),
+    Alert(
+        "VLLMSpecDecodeAcceptanceDropped",
+        "warning",
+        c.ALERT_DROPPED_FOR,
+        ("drop_fraction", "min_drafts_per_second"),
+        "Speculative-decoding acceptance fell sharply against this deployment's own history.",
+        _dropped,
+        "a workload shift if the fall was gradual; a configuration change (new artifact or version at the same k) "
+        "if it was sudden.",
+    ),
+    Alert(
+        "VLLMSpecDecodeNotDrafting",
+        "warning",
+        c.ALERT_NOT_DRAFTING_FOR,
+        ("min_generation_tokens_per_second", "min_drafts_per_second"),
+        "vLLM generates tokens but speculative decoding has stopped drafting.",
+        _not_drafting,
+    ),
+    Alert(
+        _TARGET_DOWN,
+        "warning",
+        c.ALERT_TARGET_DOWN_FOR,
+        (),
+        "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
+        _target_down,
+        sidecar_only=True,
+    ),
+    Alert(
+        "VLLMSpecDecodeTargetInconsistent",
+        "warning",
+        c.ALERT_TARGET_INCONSISTENT_FOR,
+        (),
+        "Most polls of a target are inconsistent: its figures are not counted.",
+        _target_inconsistent,
+        "two servers behind one URL (scrape the pods, not a Service), a producer whose counters go down "
+        "without a restart, or an engine faster than MAX_DRAFTS_PER_SECOND.",
+        sidecar_only=True,
+    ),
+    Alert(
+        "VLLMSpecDecodeExporterAbsent",
+        "warning",
+        c.ALERT_EXPORTER_ABSENT_FOR,
+        (),
+        "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
+        _exporter_absent,
+        sidecar_only=True,
+    ),
+    Alert(
+        "VLLMSpecDecodeCounterInvariantViolated",
+        "info",
+        c.ALERT_INVARIANT_FOR,
+        (),
+        "vLLM's speculative-decoding counters break their own invariants.",
+        _invariant,
+    ),
+    Alert(
+        "VLLMSpecDecodeSpeculativeTokensWasted",
+        "info",
+        c.ALERT_WASTED_FOR,
+        ("wasted_position_ratio", "min_drafts_per_second"),
+        "The last speculative position is almost never accepted: a smaller k would save draft compute.",
+        _wasted,
+        "the draft chain breaks before the last position: k beyond what the draft was trained for, or a mis-wired later layer.",
+    ),
+    Alert(
+        "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
+        "info",
+        c.ALERT_HIGH_FOR,
+        ("suspicious_acceptance_ratio", "min_drafts_per_second"),
+        "Speculative-decoding acceptance is suspiciously close to 100 %.",
+        _suspicious,
+        "too good to be true: repetition loops, a broken detector or broken metrics.",
+    ),
+    Alert(
+        "VLLMSpecDecodeRequestAcceptanceExtreme",
+        "info",
+        c.ALERT_REQUEST_EXTREMES_FOR,
+        (),
+        "Many finished requests had almost no draft token accepted, or almost all.",
+        _request_extremes,
+        "very low per-request acceptance: garbled or rare-character output (the target rejects the draft); very "
+        "high: repetition loops (a corrupted state in a high-confidence loop) -- or a workload that is one or the "
+        "other by design.",
+    ),
 )
 ALERT_NAMES = tuple(a.name for a in ALERTS)
 DEFAULT_FORS = {a.name: a.for_ for a in ALERTS}
@@ -689,8 +875,15 @@ def alert_rules(src: Source, o: Options) -> list[Rule]:
         if a.sidecar_only and src is not SIDECAR:
             continue
         expr, description = a.build(x)
-        out.append({"alert": a.name, "expr": expr, "for": o.fors[a.name], "labels": {"severity": a.severity},
-                    "annotations": _annotations(a, description, o)})
+        out.append(
+            {
+                "alert": a.name,
+                "expr": expr,
+                "for": o.fors[a.name],
+                "labels": {"severity": a.severity},
+                "annotations": _annotations(a, description, o),
+            }
+        )
     return out
 
 
@@ -699,15 +892,21 @@ def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
     o = o or default_options()
     src = VARIANTS[variant]
     (fast, slow), alerting = recording_rules(src, o), alert_rules(src, o)
-    check_references(f"{variant} rules", recorded((*fast, *slow)), {
-        (r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)}, o)
+    check_references(
+        f"{variant} rules",
+        recorded((*fast, *slow)),
+        {(r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)},
+        o,
+    )
     # In this order: promtool's unit tests evaluate every group at every step in file order (a
     # group's interval is ignored there), so the alerts see this step's recorded series.
-    return {"groups": [
-        {"name": f"vllm-specdec-recording-{variant}", "rules": fast},
-        {"name": f"vllm-specdec-recording-long-{variant}", "interval": o.long_group_interval(), "rules": slow},
-        {"name": f"vllm-specdec-alerts-{variant}", "rules": alerting},
-    ]}
+    return {
+        "groups": [
+            {"name": f"vllm-specdec-recording-{variant}", "rules": fast},
+            {"name": f"vllm-specdec-recording-long-{variant}", "interval": o.long_group_interval(), "rules": slow},
+            {"name": f"vllm-specdec-alerts-{variant}", "rules": alerting},
+        ]
+    }
 
 
 # --- Dangling references: a rule or a dashboard panel that reads a recording rule nobody records
@@ -731,8 +930,7 @@ def references(expr: str, windows: Iterable[str] = ()) -> set[str]:
     return {n.replace(WINDOW_VARIABLE, w) for n in found for w in (windows if WINDOW_VARIABLE in n else ("",))}
 
 
-def check_references(where: str, defined: set[str], readers: dict[str, str], o: Options,
-                     windows: Iterable[str] = ()) -> None:
+def check_references(where: str, defined: set[str], readers: dict[str, str], o: Options, windows: Iterable[str] = ()) -> None:
     """Fail on the first reader (an alert, a rule, a panel) whose expression reads an unrecorded series."""
     windows = tuple(windows)
     for reader, expr in readers.items():
@@ -741,7 +939,8 @@ def check_references(where: str, defined: set[str], readers: dict[str, str], o: 
             raise DanglingReference(
                 f"{where}: {reader} reads {', '.join(missing)}, which no recording rule defines (recorded windows: "
                 f"{', '.join(o.windows)}; detection {o.detection_window}, trend {o.trend_window}, hourly "
-                f"{o.hourly_window}: each must be a recorded window)")
+                f"{o.hourly_window}: each must be a recorded window)"
+            )
 
 
 class _Dumper(yaml.SafeDumper):
@@ -760,8 +959,10 @@ def dump(data: dict[str, Any], header: str) -> str:
     return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
-HEADER = ("# Generated by `python -m vllm_specdec_exporter.generators.rules` from exporter/vllm_specdec_exporter/config.py.\n"
-          "# Do not edit: change the config module and regenerate (CI fails on drift).\n")
+HEADER = (
+    "# Generated by `python -m vllm_specdec_exporter.generators.rules` from exporter/vllm_specdec_exporter/config.py.\n"
+    "# Do not edit: change the config module and regenerate (CI fails on drift).\n"
+)
 
 
 def render_all(o: Options | None = None) -> dict[str, str]:
@@ -782,19 +983,27 @@ def placeholder(key: str) -> str:
 def render_chart_files() -> dict[str, str]:
     """files/ of the Helm chart: both rule variants with placeholders, and the defaults they stand for."""
     o = default_options()
-    chart = replace(o, thresholds={k: placeholder(k) for k in THRESHOLD_KEYS}, runbook_base=RUNBOOK_PLACEHOLDER,
-                    dashboard_url="", alias_placeholders=True, selector=SELECTOR_PLACEHOLDER)
+    chart = replace(
+        o,
+        thresholds={k: placeholder(k) for k in THRESHOLD_KEYS},
+        runbook_base=RUNBOOK_PLACEHOLDER,
+        dashboard_url="",
+        alias_placeholders=True,
+        selector=SELECTOR_PLACEHOLDER,
+    )
     header = HEADER + "# Helm chart copy: the __NAME__ placeholders are filled by templates/prometheusrule.yaml.\n"
     out = {f"rules-{v}.yaml": dump(rule_file(v, chart), header) for v in VARIANTS}
     # The window the alerts judge over: the chart refuses a config.health.window (or config.windows
     # without it) that would make the exporter's health judge over another (templates/configmap.yaml).
-    defaults = {"runbookBase": o.runbook_base, "window": o.detection_window,
-                "thresholds": {k: float(v) for k, v in o.thresholds.items()},
-                "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS],
-                # config.baselines.aliases: the template adds "|<served name>" where a profile's
-                # regex matches the model a served name stands for (vllm-direct baseline rules).
-                "profiles": [{"placeholder": alias_placeholder(i), "model": p.model.pattern}
-                             for i, p in enumerate(default_profiles())]}
+    defaults = {
+        "runbookBase": o.runbook_base,
+        "window": o.detection_window,
+        "thresholds": {k: float(v) for k, v in o.thresholds.items()},
+        "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS],
+        # config.baselines.aliases: the template adds "|<served name>" where a profile's
+        # regex matches the model a served name stands for (vllm-direct baseline rules).
+        "profiles": [{"placeholder": alias_placeholder(i), "model": p.model.pattern} for i, p in enumerate(default_profiles())],
+    }
     out["rule-defaults.yaml"] = dump(defaults, HEADER)
     return out
 
@@ -850,8 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
     if (Path(args.out_dir) / "runbook.md").exists():
         stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
     if args.chart_schema:  # the alert names from ALERTS, `config` from the settings module
-        stale += update_or_check(Path(args.chart_schema), lambda t: with_schema_config(with_schema_alerts(t)),
-                                 args.check)
+        stale += update_or_check(Path(args.chart_schema), lambda t: with_schema_config(with_schema_alerts(t)), args.check)
     return exit_status(stale)
 
 

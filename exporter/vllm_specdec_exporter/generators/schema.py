@@ -18,8 +18,11 @@ from ..adapters import PRODUCERS
 
 Schema = dict[str, Any]
 # A positive duration in Prometheus's grammar (config.parse_duration; "0" and "" are refused there too).
-DURATION: Schema = {"type": "string", "minLength": 1,
-                    "pattern": "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"}
+DURATION: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$",
+}
 
 
 def limit(key: str) -> Schema:
@@ -36,42 +39,69 @@ def config_schema(old: Schema) -> Schema:
     target = props["targets"]["items"]
     target_props = {k: target["properties"].get(k, {"type": "string"}) for k in s.TARGET_KEYS}
     target_props["name"] = {"type": "string", "pattern": f"^{s._NAME_RE.pattern}$"}
-    target_props["producer"] = {"description": "optional: detected from the payload when left out",
-                                "enum": list(PRODUCERS)}
+    target_props["producer"] = {"description": "optional: detected from the payload when left out", "enum": list(PRODUCERS)}
     health: Schema = {
-        "window": {**DURATION, "description": f"the alerts judge over {c.DETECTION.window}: the chart refuses any other "
-                                  "(templates/configmap.yaml)"},
+        "window": {
+            **DURATION,
+            "description": f"the alerts judge over {c.DETECTION.window}: the chart refuses any other (templates/configmap.yaml)",
+        },
         **{k: limit(f"health.{k}") for k in c.DETECTION_KEYS if k != "window"},
     }
     profile: Schema = {
-        "type": "object", "required": list(s.PROFILE_REQUIRED), "additionalProperties": False,
-        "properties": {k: (limit(f"baselines.profiles[].{k}") if f"baselines.profiles[].{k}" in s.LIMITS
-                           else {"type": "string"}) for k in s.PROFILE_KEYS}}
+        "type": "object",
+        "required": list(s.PROFILE_REQUIRED),
+        "additionalProperties": False,
+        "properties": {
+            k: (limit(f"baselines.profiles[].{k}") if f"baselines.profiles[].{k}" in s.LIMITS else {"type": "string"})
+            for k in s.PROFILE_KEYS
+        },
+    }
     out: Schema = {
-        "targets": {**props["targets"], "items": {**target, "required": ["url"], "additionalProperties": False,
-                                                  "properties": target_props}},
+        "targets": {
+            **props["targets"],
+            "items": {**target, "required": ["url"], "additionalProperties": False, "properties": target_props},
+        },
         "web": props["web"],
-        "poll": {"type": "object", "additionalProperties": False,
-                 "properties": {k: DURATION for k in ("interval", "timeout", "max_backoff")}},
+        "poll": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: DURATION for k in ("interval", "timeout", "max_backoff")},
+        },
         "windows": {"type": "array", "minItems": 1, "items": DURATION},
         "min_drafts": limit("min_drafts"),
         "staleness": DURATION,
         "max_payload_bytes": limit("max_payload_bytes"),
         "max_series_per_target": limit("max_series_per_target"),
-        "health": {"type": "object", "additionalProperties": False, "description": props["health"]["description"],
-                   "properties": health},
-        "baselines": {"type": "object", "additionalProperties": False, "properties": {
-            "include_defaults": {"type": "boolean"},
-            "profiles": {"type": "array", "items": profile},
-            "aliases": {"type": "object", "additionalProperties": {"type": "string"}}}},
-        "log": {"type": "object", "additionalProperties": False, "properties": {
-            "format": {"enum": list(c.LOG_FORMATS)}, "level": {"enum": list(c.LOG_LEVELS)}}},
+        "health": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": props["health"]["description"],
+            "properties": health,
+        },
+        "baselines": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "include_defaults": {"type": "boolean"},
+                "profiles": {"type": "array", "items": profile},
+                "aliases": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
+        "log": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"format": {"enum": list(c.LOG_FORMATS)}, "level": {"enum": list(c.LOG_LEVELS)}},
+        },
     }
     assert list(out) == list(s.TOP_KEYS), "config's keys are settings.TOP_KEYS"
-    return {**old, "description": "the exporter's YAML config, passed as-is: only what differs from the exporter's "
-            "defaults. Its keys, health keys, numeric ranges, producers and target-name pattern are generated from "
-            "the exporter's settings module, so the chart refuses what the exporter would refuse at start-up",
-            "additionalProperties": False, "properties": out}
+    return {
+        **old,
+        "description": "the exporter's YAML config, passed as-is: only what differs from the exporter's "
+        "defaults. Its keys, health keys, numeric ranges, producers and target-name pattern are generated from "
+        "the exporter's settings module, so the chart refuses what the exporter would refuse at start-up",
+        "additionalProperties": False,
+        "properties": out,
+    }
 
 
 def with_schema_config(text: str) -> str:
