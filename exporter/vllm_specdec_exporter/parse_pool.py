@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
+import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping
@@ -114,8 +117,26 @@ def _pool(big: bool) -> ProcessPoolExecutor:
         # spawn, not fork: the sidecar has threads (aiohttp's resolver), and a fork of a
         # threaded process can deadlock. A ProcessPoolExecutor (not multiprocessing.Pool)
         # notices a worker that died and fails its future instead of waiting forever.
-        _POOLS[big] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        _POOLS[big] = ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+        )
     return _POOLS[big]
+
+
+PARENT_CHECK_SECONDS = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In a parsing process: exit once the sidecar is gone. A worker waits on its call queue,
+    whose write end it holds too, so a sidecar killed outright (SIGKILL, the OOM killer)
+    left its parsing processes running, ~160 MB each, for good."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def close_parse_pool(big: bool | None = None) -> None:
