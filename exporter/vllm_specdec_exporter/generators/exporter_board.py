@@ -6,7 +6,7 @@ import grafanalib.core as g
 
 from .. import config as c
 from .. import metrics as m
-from .grafana import Json, Layout, finalize, stat, steps, targets, timeseries, variables
+from .grafana import Json, Layout, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
 from .rules import Options, default_options
 
 UID = "vllm-specdec-exporter"
@@ -153,42 +153,8 @@ def dashboard(o: Options | None = None) -> Json:
             panels=lay.panels,
             graphTooltip=1,
             templating=variables(
-                *(
-                    [
-                        g.Template(
-                            name=CL,
-                            label="Cluster",
-                            dataSource="${datasource}",
-                            includeAll=True,
-                            multi=True,
-                            allValue=".*",
-                            default="$__all",
-                            query=f"label_values({UP}, {CL})",
-                        )
-                    ]
-                    if CL
-                    else []
-                ),
-                g.Template(
-                    name=NSL,
-                    label="Namespace",
-                    dataSource="${datasource}",
-                    includeAll=True,
-                    multi=True,
-                    allValue=".*",
-                    default="$__all",
-                    query=f"label_values({UP}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + f", {NSL})",
-                ),
-                g.Template(
-                    name=TG,
-                    label="Target",
-                    dataSource="${datasource}",
-                    includeAll=True,
-                    multi=True,
-                    allValue=".*",
-                    default="$__all",
-                    query=f'label_values({UP}{{{NSL}=~"${NSL}"}}, {TG})',
-                ),
+                *fleet_selects(UP, CL, NSL),
+                multi_select(TG, "Target", f'label_values({UP}{{{NSL}=~"${NSL}"}}, {TG})'),
             ),
         )
     )

@@ -248,6 +248,28 @@ def _json(value: Any) -> Any:
     return value
 
 
+def multi_select(name: str, label: str, query: str) -> g.Template:
+    """A variable that selects several of its values, all of them by default."""
+    return g.Template(
+        name=name,
+        label=label,
+        dataSource="${datasource}",
+        includeAll=True,
+        multi=True,
+        allValue=".*",
+        default="$__all",
+        query=query,
+    )
+
+
+def fleet_selects(series: str, cluster: str, namespace: str) -> list[g.Template]:
+    """The variables every board opens with: the cluster (when the fleet has one) and the
+    namespace within it, read from ``series``."""
+    within = f'{{{cluster}=~"${cluster}"}}' if cluster else ""
+    out = [multi_select(cluster, "Cluster", f"label_values({series}, {cluster})")] if cluster else []
+    return [*out, multi_select(namespace, "Namespace", f"label_values({series}{within}, {namespace})")]
+
+
 def variables(*templates: g.Template) -> g.Templating:
     return g.Templating(
         list=[

@@ -6,7 +6,7 @@ import grafanalib.core as g
 
 from .. import config as c
 from .. import metrics as m
-from .grafana import Json, Layout, bars, finalize, stat, steps, targets, timeseries, variables
+from .grafana import Json, Layout, bars, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
 from .rules import WINDOW_VARIABLE, Options, base_window, default_options, name
 
 UID = "vllm-specdec-overview"
@@ -410,51 +410,10 @@ def dashboard(o: Options | None = None) -> Json:
             panels=lay.panels,
             graphTooltip=1,
             templating=variables(
-                *(
-                    [
-                        g.Template(
-                            name=CL,
-                            label="Cluster",
-                            dataSource="${datasource}",
-                            includeAll=True,
-                            multi=True,
-                            allValue=".*",
-                            default="$__all",
-                            query=f"label_values({first}, {CL})",
-                        )
-                    ]
-                    if CL
-                    else []
-                ),
-                g.Template(
-                    name=NSL,
-                    label="Namespace",
-                    dataSource="${datasource}",
-                    includeAll=True,
-                    multi=True,
-                    allValue=".*",
-                    default="$__all",
-                    query=f"label_values({first}" + (f'{{{CL}=~"${CL}"}}' if CL else "") + f", {NSL})",
-                ),
-                g.Template(
-                    name=MODEL,
-                    label="Model",
-                    dataSource="${datasource}",
-                    includeAll=True,
-                    multi=True,
-                    allValue=".*",
-                    default="$__all",
-                    query=f'label_values({first}{{{NSL}=~"${NSL}"}}, {MODEL})',
-                ),
-                g.Template(
-                    name="engine",
-                    label="Engine",
-                    dataSource="${datasource}",
-                    includeAll=True,
-                    multi=True,
-                    allValue=".*",
-                    default="$__all",
-                    query=f"label_values({name(ENG, 'drafts', f'rate{o.windows[0]}')}{{{SEL}}}, {c.LABEL_ENGINE})",
+                *fleet_selects(first, CL, NSL),
+                multi_select(MODEL, "Model", f'label_values({first}{{{NSL}=~"${NSL}"}}, {MODEL})'),
+                multi_select(
+                    "engine", "Engine", f"label_values({name(ENG, 'drafts', f'rate{o.windows[0]}')}{{{SEL}}}, {c.LABEL_ENGINE})"
                 ),
                 g.Template(
                     name=WINDOW_VARIABLE[1:],
