@@ -25,7 +25,8 @@ the same names):
   hold minutes of samples, so the RSS is a lower bound on the 3 h head of a real server.
 - Then the scrape config alone is loaded (/-/reload) and Prometheus's CPU measured over
   two intervals, then the rules too: Prometheus's CPU over a whole number of the slowest
-  group's periods (at least 4 intervals; two long-group evaluations), and its own
+  group's periods (at least 4 intervals; two long-group evaluations) from the end of every
+  group's first evaluation (which creates the recorded series), and its own
   prometheus_rule_group_last_duration_seconds read every 2 s meanwhile.
   fleet_rule_eval_seconds is the worst sum over the groups evaluated every interval,
   fleet_rule_eval_long_share the long group's worst duration over its own interval. On a
@@ -644,14 +645,15 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
-        # Worst over the evaluations of every group after the first scrape.
+        # Worst over the evaluations of every group after the first scrape. The CPU is counted from
+        # the end of every group's first evaluation (which creates the recorded series): the steady state.
         worst, seen, sums, loads = 0.0, defaultdict(set), [], []
         worst_group: dict[str, float] = defaultdict(float)
-        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+        cpu0 = wall0 = None
         cpu_share = None
-        deadline = time.monotonic() + cpu_window + 3 * longest
+        deadline = time.monotonic() + cpu_window + 4 * longest
         while time.monotonic() < deadline:
-            if cpu_share is None and time.monotonic() - wall0 >= cpu_window:
+            if cpu_share is None and wall0 is not None and time.monotonic() - wall0 >= cpu_window:
                 cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
             pm = prom_metrics(base)
             durations, stamps = {}, {}
@@ -663,6 +665,8 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
                         elif key.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds"):
                             stamps[g] = v
             if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
+                if wall0 is None:
+                    cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
                 for g in groups:
                     seen[g].add(stamps[g])
                     worst_group[g] = max(worst_group[g], durations[g])

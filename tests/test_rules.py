@@ -153,8 +153,16 @@ def test_alertmanager_example_is_valid():
 # One stack for all of them (prom_harness.collapse_stack): each test waits for the end
 # state it needs, then checks the healthy phase and the collapse in Prometheus's history.
 
-AL = "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m"
-ENGINE_AL = "namespace_pod_model_name_engine:vllm_specdec_mean_acceptance_length:ratio_rate5m"
+SERVER = "namespace_pod_model_name:vllm_specdec_"
+AL = f"{SERVER}mean_acceptance_length:ratio_rate5m"
+
+
+def engine_al(sel: str) -> str:
+    """An engine's mean acceptance length from its recorded rates (no ratio is recorded per engine)."""
+    e = "namespace_pod_model_name_engine:vllm_specdec_"
+    return f"1 + {e}accepted_tokens:rate5m{{{sel}}} / {e}drafts:rate5m{{{sel}}}"
+
+
 PRO = f'model_name="{COLLAPSE_MODEL}"'
 AL_RULE = f"{AL}{{{PRO}}}"
 COLLAPSED = "VLLMSpecDecodeAcceptanceCollapsed"
@@ -173,15 +181,16 @@ def check_collapse(st: Stack, direct: bool) -> None:
     start = min(al)
     if not direct:
         for rule, gauge in ((AL_RULE, f'vllm_specdec_mean_acceptance_length{{window="8s",{PRO}}}'),
-                            (f"namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate5m{{{PRO}}}",
+                            (f"{SERVER}accepted_tokens:rate5m{{{PRO}}} / {SERVER}draft_tokens:rate5m{{{PRO}}}",
                              f'vllm_specdec_acceptance_ratio{{window="8s",{PRO}}}')):
             by_rule, by_gauge = prom.series(rule, start, end), prom.series(gauge, start, end)
             both = sorted(by_rule.keys() & by_gauge.keys())
             assert len(both) >= 3, (rule, gauge)
             for t in both:
                 assert by_rule[t] == pytest.approx(by_gauge[t], rel=0.02), (rule, t, by_rule[t], by_gauge[t])
-        pos = prom.series(f'namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate5m{{position="1",{PRO}}}',
-                          start, end)
+        # No ratio per server but those an alert reads: position 1's from the recorded rates.
+        pos = prom.series(f'{SERVER}position_accepted_tokens:rate5m{{position="1",{PRO}}}'
+                          f" / ignoring(position) {SERVER}drafts:rate5m{{{PRO}}}", start, end)
         assert pos and all(v == pytest.approx(0.687, rel=0.02) for v in pos.values()), pos
     # (the server beside it has its own dead rank: test_e2e_one_dead_rank_pages_engine_collapsed)
     healthy_alerts = prom.query_range(f'ALERTS{{alertname=~"VLLMSpecDecode.*",model_name!="{DEAD_RANK_MODEL}"}}',
@@ -218,8 +227,8 @@ def test_e2e_one_dead_rank_pages_engine_collapsed(collapse_stack, direct):
     labels = prom.query(firing)[0]["metric"]
     assert (labels["model_name"], labels["engine"], labels["severity"]) == (DEAD_RANK_MODEL, "1", "critical"), labels
     flash = f'model_name="{DEAD_RANK_MODEL}"'
-    assert prom.value(f'{ENGINE_AL}{{{flash},engine="1"}}') < 1.1
-    assert prom.value(f'{ENGINE_AL}{{{flash},engine="0"}}') == pytest.approx(HEALTHY_AL, rel=0.02)
+    assert prom.value(engine_al(f'{flash},engine="1"')) < 1.1
+    assert prom.value(engine_al(f'{flash},engine="0"')) == pytest.approx(HEALTHY_AL, rel=0.02)
     assert 1.5 < prom.value(f"{AL}{{{flash}}}") < 2.0  # half the steps still accept: not a collapse
     # Once the other model has collapsed entirely, its engines have still never paged on their own.
     wait_for(lambda: prom.query(f'ALERTS{{alertname="{COLLAPSED}",alertstate="firing"}}'),

@@ -281,11 +281,13 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                     record(to, pos, f"sum by ({by(labels)}, position) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
-            # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
-            record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
             if level == ENGINE:
+                # No ratio per engine: the engine alerts divide the two rates themselves (one join
+                # each, not a recorded ratio read three times: docs/scale.md).
                 finer = level
                 continue
+            # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
+            record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
             record(
                 to,
                 name(level, "acceptance_ratio", f"ratio_rate{w}"),
@@ -320,9 +322,11 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
         k_expr = f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)"
+    # k and the baseline change with a restart at most: recorded in the long group, they cost a
+    # sixth (vLLM-direct counts every engine's position series) and are up to its interval late.
     k = name(level, "num_speculative_tokens", "max")
-    record(fast, k, k_expr)
-    record(fast, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
+    record(slow, k, k_expr)
+    record(slow, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
     for metric in ("drafts", "accepted_tokens"):
         # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
         record(
@@ -424,14 +428,12 @@ class X:
     lv: dict[str, tuple[str, ...]]
     t: dict[str, str]
     on: str
-    eon: str
     floor: str
     w: str
     al5: str
     d5: str
-    eal5: str
+    ea5: str
     ed5: str
-    pos5: str
     collapse: str
     k: str
     where: str  # the server an alert names, from o's labels
@@ -448,14 +450,12 @@ def _context(src: Source, o: Options) -> X:
         lv=lv,
         t=t,
         on=f"on({by(lv[L])})",
-        eon=f"on({by(lv[ENGINE])})",
         floor=t["min_drafts_per_second"],
         w=w,
         al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"),
         d5=name(L, "drafts", f"rate{w}"),
-        eal5=name(ENGINE, "mean_acceptance_length", f"ratio_rate{w}"),
+        ea5=name(ENGINE, "accepted_tokens", f"rate{w}"),
         ed5=name(ENGINE, "drafts", f"rate{w}"),
-        pos5=name(L, "position_acceptance_ratio", f"ratio_rate{w}"),
         collapse=f"1 + {t['collapse_margin']}",
         k=name(L, "num_speculative_tokens", "max"),
         where=where(src, o),
@@ -490,7 +490,7 @@ def _collapsed_fast(x: X) -> tuple[str, str]:
 
 def _engine_collapsed(x: X) -> tuple[str, str]:
     return (
-        f"{x.eal5} < {x.collapse}\nand {x.eon} {x.ed5} > {x.floor}\nunless {x.on} {x.al5} < {x.collapse}",
+        f"1 + {x.ea5} / ({x.ed5} > {x.floor}) < {x.collapse}\nunless {x.on} {x.al5} < {x.collapse}",
         f"Engine {ENGINE_LABEL} of {x.where} has a mean acceptance length of "
         f'{{{{ $value | printf "%.3f" }}}} over {x.w} with real traffic, while the server as a whole has not '
         f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
@@ -501,8 +501,8 @@ def _engine_collapsed(x: X) -> tuple[str, str]:
 def _engine_lagging(x: X) -> tuple[str, str]:
     f = x.t["engine_lag_fraction"]
     return (
-        f"({x.eal5} - 1)\n  < {x.on} group_left() {f} * ({x.al5} - 1)\n"
-        f"and {x.eon} {x.ed5} > {x.floor}\nunless {x.eon} {x.eal5} < {x.collapse}",
+        # The gain (AL - 1) of an engine with traffic, not collapsed (EngineCollapsed's case).
+        f"({x.ea5} / ({x.ed5} > {x.floor}) >= {x.t['collapse_margin']})\n  < {x.on} group_left() {f} * ({x.al5} - 1)",
         f"The speculative gain (mean acceptance length - 1) of engine {ENGINE_LABEL} of {x.where} is "
         f'{{{{ $value | printf "%.3f" }}}} over {x.w}, below {f} x the whole server\'s. '
         f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.",
@@ -517,9 +517,9 @@ def _position0_low(x: X) -> tuple[str, str]:
     baseline = name(L, "baseline_mean_acceptance_length", "max")
     best = name(L, "position_acceptance_ratio", f"max_over_time{DAY}")  # position 0's best hour of the day
     floor = x.t["position0_floor"]
+    pos0 = f'max without(position) ({name(L, "position_accepted_tokens", f"rate{x.w}")}{{position="0"}})'
     return (
-        f'max without(position) ({x.pos5}{{position="0"}}) < {floor}\n'
-        f"and {x.on} {x.d5} > {x.floor}\n"
+        f"{pos0} / {x.on} ({x.d5} > {x.floor}) < {floor}\n"
         f"and {x.on} (\n  {baseline}\n  or max without(position) ({best}) >= {floor}\n)",
         f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
         f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
@@ -712,6 +712,9 @@ class Alert:
     build: Callable[[X], tuple[str, str]]  # -> (expr, description)
     likely_cause: str | None = None
     sidecar_only: bool = False  # needs the sidecar's own series (profiles as gauges, up, build info)
+    # Judged at the long group's interval (docs/scale.md): an info alert whose raw reads of every
+    # engine's counters would otherwise cost as much as all the 5m rates together.
+    slow: bool = False
 
 
 ALERTS: tuple[Alert, ...] = (
@@ -823,6 +826,7 @@ ALERTS: tuple[Alert, ...] = (
         (),
         "vLLM's speculative-decoding counters break their own invariants.",
         _invariant,
+        slow=True,
     ),
     Alert(
         "VLLMSpecDecodeSpeculativeTokensWasted",
@@ -887,6 +891,18 @@ def alert_rules(src: Source, o: Options) -> list[Rule]:
     return out
 
 
+def _read_server_ratios(fast: list[Rule], slow: list[Rule], alerting: list[Rule]) -> tuple[list[Rule], list[Rule]]:
+    """Per server, only the ratios a rule reads (docs/scale.md): a ratio costs a join per server
+    and window every evaluation; any other is one division of two recorded rates away."""
+    read = set().union(*(references(r["expr"]) for r in (*fast, *slow, *alerting)))
+
+    def kept(r: Rule) -> bool:
+        level, _, op = r.get("record", "::").split(":")
+        return not (level == c.ALERT_LEVEL and op.startswith("ratio_rate")) or r["record"] in read
+
+    return [r for r in fast if kept(r)], [r for r in slow if kept(r)]
+
+
 def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
     """One variant's rules; raises DanglingReference when a rule reads a recorded series no rule records."""
     o = o or default_options()
@@ -898,13 +914,21 @@ def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
         {(r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)},
         o,
     )
+    fast, slow = _read_server_ratios(fast, slow, alerting)
+    slow_alerts = {a.name for a in ALERTS if a.slow}
+    long_interval = o.long_group_interval()
     # In this order: promtool's unit tests evaluate every group at every step in file order (a
     # group's interval is ignored there), so the alerts see this step's recorded series.
     return {
         "groups": [
             {"name": f"vllm-specdec-recording-{variant}", "rules": fast},
-            {"name": f"vllm-specdec-recording-long-{variant}", "interval": o.long_group_interval(), "rules": slow},
-            {"name": f"vllm-specdec-alerts-{variant}", "rules": alerting},
+            {"name": f"vllm-specdec-recording-long-{variant}", "interval": long_interval, "rules": slow},
+            {"name": f"vllm-specdec-alerts-{variant}", "rules": [r for r in alerting if r["alert"] not in slow_alerts]},
+            {
+                "name": f"vllm-specdec-alerts-long-{variant}",
+                "interval": long_interval,
+                "rules": [r for r in alerting if r["alert"] in slow_alerts],
+            },
         ]
     }
 

@@ -1,0 +1,56 @@
+"""Where each rule runs, for fleet scale (docs/scale.md): what is recorded per engine and per
+server, and what is evaluated every 3 minutes instead of every 30 s. bench/bench_fleet.py
+measures the cost; these hold the structure that cost depends on."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_specdec_exporter.generators import rules
+
+VARIANTS = ("sidecar", "vllm-direct")
+
+
+def groups(variant: str) -> dict[str, dict]:
+    return {g["name"].removesuffix(f"-{variant}"): g for g in rules.rule_file(variant)["groups"]}
+
+
+def names(group: dict) -> set[str]:
+    return {r.get("record") or r["alert"] for r in group["rules"]}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_k_the_baseline_and_the_invariant_alert_run_every_3_minutes(variant):
+    g = groups(variant)
+    assert set(g) == {"vllm-specdec-recording", "vllm-specdec-recording-long", "vllm-specdec-alerts",
+                      "vllm-specdec-alerts-long"}
+    assert g["vllm-specdec-recording-long"]["interval"] == g["vllm-specdec-alerts-long"]["interval"] == "3m"
+    assert "interval" not in g["vllm-specdec-recording"] and "interval" not in g["vllm-specdec-alerts"]
+    long = names(g["vllm-specdec-recording-long"])
+    assert {"namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max",
+            "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"} <= long
+    assert names(g["vllm-specdec-alerts-long"]) == {"VLLMSpecDecodeCounterInvariantViolated"}
+    # The pages and the warnings are judged every evaluation.
+    assert {"VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeAcceptanceCollapsed",
+            "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline"} <= names(g["vllm-specdec-alerts"])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_per_engine_only_two_rates_and_per_server_only_the_ratios_a_rule_reads(variant):
+    every = [r for g in rules.rule_file(variant)["groups"] for r in g["rules"]]
+    records = [r["record"] for r in every if "record" in r]
+    assert sorted(r for r in records if r.startswith("namespace_pod_model_name_engine:")) == [
+        "namespace_pod_model_name_engine:vllm_specdec_accepted_tokens:rate5m",
+        "namespace_pod_model_name_engine:vllm_specdec_drafts:rate5m",
+    ]
+    server_ratios = {r for r in records if r.startswith("namespace_pod_model_name:") and ":ratio_rate" in r}
+    read = set().union(*(rules.references(r["expr"]) for r in every))
+    assert server_ratios <= read, server_ratios - read
+    # What the alerts read is there: AL over 5m and 30m, acceptance over 30m, positions over 1h.
+    assert {"namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m",
+            "namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate30m",
+            "namespace_pod_model_name:vllm_specdec_position_acceptance_ratio:ratio_rate1h"} <= server_ratios
+    # The dashboards' levels keep every ratio.
+    for w in ("5m", "30m", "1h"):
+        for ratio in ("acceptance_ratio", "effective_draft_length", "draft_token_share", "position_acceptance_ratio"):
+            assert f"namespace_model_name:vllm_specdec_{ratio}:ratio_rate{w}" in records
