@@ -5,7 +5,6 @@ measures the cost; these hold the structure that cost depends on."""
 from __future__ import annotations
 
 import pytest
-
 from vllm_specdec_exporter.generators import rules
 
 VARIANTS = ("sidecar", "vllm-direct")
