@@ -432,8 +432,7 @@ class X:
     w: str
     al5: str
     d5: str
-    ea5: str
-    ed5: str
+    egain: str  # an engine's speculative gain (AL - 1) over w, only with real traffic
     collapse: str
     k: str
     where: str  # the server an alert names, from o's labels
@@ -454,8 +453,8 @@ def _context(src: Source, o: Options) -> X:
         w=w,
         al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"),
         d5=name(L, "drafts", f"rate{w}"),
-        ea5=name(ENGINE, "accepted_tokens", f"rate{w}"),
-        ed5=name(ENGINE, "drafts", f"rate{w}"),
+        # No ratio is recorded per engine: the engine alerts divide the two rates (docs/scale.md).
+        egain=f"{name(ENGINE, 'accepted_tokens', f'rate{w}')} / ({name(ENGINE, 'drafts', f'rate{w}')} > {t['min_drafts_per_second']})",
         collapse=f"1 + {t['collapse_margin']}",
         k=name(L, "num_speculative_tokens", "max"),
         where=where(src, o),
@@ -490,7 +489,7 @@ def _collapsed_fast(x: X) -> tuple[str, str]:
 
 def _engine_collapsed(x: X) -> tuple[str, str]:
     return (
-        f"1 + {x.ea5} / ({x.ed5} > {x.floor}) < {x.collapse}\nunless {x.on} {x.al5} < {x.collapse}",
+        f"1 + {x.egain} < {x.collapse}\nunless {x.on} {x.al5} < {x.collapse}",
         f"Engine {ENGINE_LABEL} of {x.where} has a mean acceptance length of "
         f'{{{{ $value | printf "%.3f" }}}} over {x.w} with real traffic, while the server as a whole has not '
         f"collapsed: one data-parallel rank decodes at non-speculative speed (its draft head failed to load or "
@@ -501,8 +500,8 @@ def _engine_collapsed(x: X) -> tuple[str, str]:
 def _engine_lagging(x: X) -> tuple[str, str]:
     f = x.t["engine_lag_fraction"]
     return (
-        # The gain (AL - 1) of an engine with traffic, not collapsed (EngineCollapsed's case).
-        f"({x.ea5} / ({x.ed5} > {x.floor}) >= {x.t['collapse_margin']})\n  < {x.on} group_left() {f} * ({x.al5} - 1)",
+        # Not a collapsed engine (EngineCollapsed's case).
+        f"({x.egain} >= {x.t['collapse_margin']})\n  < {x.on} group_left() {f} * ({x.al5} - 1)",
         f"The speculative gain (mean acceptance length - 1) of engine {ENGINE_LABEL} of {x.where} is "
         f'{{{{ $value | printf "%.3f" }}}} over {x.w}, below {f} x the whole server\'s. '
         f"Engines of one server share traffic and weights and differ by a few percent: this rank is broken.",
