@@ -28,7 +28,9 @@ def test_k_the_baseline_and_the_invariant_alert_run_every_3_minutes(variant):
     long = names(g["vllm-specdec-recording-long"])
     assert {"namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max",
             "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"} <= long
-    assert names(g["vllm-specdec-alerts-long"]) == {"VLLMSpecDecodeCounterInvariantViolated"}
+    # Neither pages: the invariant alert is info, EngineLagging a warning with a 15m `for`.
+    assert names(g["vllm-specdec-alerts-long"]) == {"VLLMSpecDecodeCounterInvariantViolated",
+                                                    "VLLMSpecDecodeEngineLagging"}
     # The pages and the warnings are judged every evaluation.
     assert {"VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeAcceptanceCollapsed",
             "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline"} <= names(g["vllm-specdec-alerts"])
@@ -43,8 +45,12 @@ def test_per_engine_only_two_rates_and_per_server_only_the_ratios_a_rule_reads(v
         "namespace_pod_model_name_engine:vllm_specdec_drafts:rate5m",
     ]
     server_ratios = {r for r in records if r.startswith("namespace_pod_model_name:") and ":ratio_rate" in r}
+    server_rates = {r for r in records if r.startswith("namespace_pod_model_name:") and ":rate" in r}
     read = set().union(*(rules.references(r["expr"]) for r in every))
-    assert server_ratios <= read, server_ratios - read
+    assert server_ratios | server_rates <= read, (server_ratios | server_rates) - read
+    # Over 30m and 1h per server only what an alert reads: not generation or draft tokens over 1h.
+    assert "namespace_pod_model_name:vllm_specdec_generation_tokens:rate1h" not in records
+    assert "namespace_pod_model_name:vllm_specdec_generation_tokens:rate30m" not in records
     # What the alerts read is there: AL over 5m and 30m, acceptance over 30m, positions over 1h.
     assert {"namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate5m",
             "namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate30m",
@@ -53,3 +59,13 @@ def test_per_engine_only_two_rates_and_per_server_only_the_ratios_a_rule_reads(v
     for w in ("5m", "30m", "1h"):
         for ratio in ("acceptance_ratio", "effective_draft_length", "draft_token_share", "position_acceptance_ratio"):
             assert f"namespace_model_name:vllm_specdec_{ratio}:ratio_rate{w}" in records
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_long_window_reads_its_own_levels_5m_rates_not_every_servers(variant):
+    exprs = {r["record"]: r["expr"] for g in rules.rule_file(variant)["groups"] for r in g["rules"] if "record" in r}
+    for level in ("namespace_model_name", "model_name"):
+        for w, span in (("30m", "1500s"), ("1h", "3300s")):
+            for metric in ("drafts", "accepted_tokens", "generation_tokens", "position_accepted_tokens"):
+                got = exprs[f"{level}:vllm_specdec_{metric}:rate{w}"]
+                assert got == f"avg_over_time({level}:vllm_specdec_{metric}:rate5m[{span}])", got

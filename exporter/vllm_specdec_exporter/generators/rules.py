@@ -255,7 +255,9 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
         for level, labels in lv:
             if span and level == ENGINE:
                 continue  # per engine: the shortest window only (the engine panel averages it)
-            from_base = span and finer is None  # the first level of a longer window: the base's mean
+            # A longer window at every level is the mean of that level's own shortest-window rates:
+            # a namespace reads its few series, not every server's (docs/scale.md).
+            from_base = bool(span)
             for metric, counter in counters.items():
                 if level == ENGINE and metric not in ENGINE_RATES:
                     continue
@@ -711,8 +713,8 @@ class Alert:
     build: Callable[[X], tuple[str, str]]  # -> (expr, description)
     likely_cause: str | None = None
     sidecar_only: bool = False  # needs the sidecar's own series (profiles as gauges, up, build info)
-    # Judged at the long group's interval (docs/scale.md): an info alert whose raw reads of every
-    # engine's counters would otherwise cost as much as all the 5m rates together.
+    # Judged at the long group's interval (docs/scale.md): an alert that does not page and reads
+    # every engine's series, which would otherwise cost as much as a raw counter's 5m rates.
     slow: bool = False
 
 
@@ -752,6 +754,7 @@ ALERTS: tuple[Alert, ...] = (
         "One engine's speculative gain lags far behind its siblings'.",
         _engine_lagging,
         _RANK,
+        slow=True,
     ),
     Alert(
         "VLLMSpecDecodeFirstPositionAcceptanceLow",
@@ -890,16 +893,21 @@ def alert_rules(src: Source, o: Options) -> list[Rule]:
     return out
 
 
-def _read_server_ratios(fast: list[Rule], slow: list[Rule], alerting: list[Rule]) -> tuple[list[Rule], list[Rule]]:
-    """Per server, only the ratios a rule reads (docs/scale.md): a ratio costs a join per server
-    and window every evaluation; any other is one division of two recorded rates away."""
-    read = set().union(*(references(r["expr"]) for r in (*fast, *slow, *alerting)))
+def _read_server_series(fast: list[Rule], slow: list[Rule], alerting: list[Rule]) -> tuple[list[Rule], list[Rule]]:
+    """Per server, only the rates and ratios a rule reads (docs/scale.md): each costs a read or a
+    join per server every evaluation, and the dashboards read the namespace and model levels.
+    Repeated until nothing more goes: a dropped ratio may leave its rates unread."""
 
-    def kept(r: Rule) -> bool:
+    def kept(r: Rule, read: set[str]) -> bool:
         level, _, op = r.get("record", "::").split(":")
-        return not (level == c.ALERT_LEVEL and op.startswith("ratio_rate")) or r["record"] in read
+        return not (level == c.ALERT_LEVEL and op.startswith(("rate", "ratio_rate"))) or r["record"] in read
 
-    return [r for r in fast if kept(r)], [r for r in slow if kept(r)]
+    while True:
+        read = set().union(*(references(r["expr"]) for r in (*fast, *slow, *alerting)))
+        pruned = [r for r in fast if kept(r, read)], [r for r in slow if kept(r, read)]
+        if len(pruned[0]) + len(pruned[1]) == len(fast) + len(slow):
+            return pruned
+        fast, slow = pruned
 
 
 def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
@@ -913,7 +921,7 @@ def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
         {(r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)},
         o,
     )
-    fast, slow = _read_server_ratios(fast, slow, alerting)
+    fast, slow = _read_server_series(fast, slow, alerting)
     slow_alerts = {a.name for a in ALERTS if a.slow}
     long_interval = o.long_group_interval()
     # In this order: promtool's unit tests evaluate every group at every step in file order (a
