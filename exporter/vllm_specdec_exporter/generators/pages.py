@@ -88,7 +88,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "a partly broken rank",
         "healthy ranks differ by ~5 % (quiet on the DP=8 noise case); a rank at AL 1.9 among 2.61s is at 0.59 of "
         "the server's gain",
-        "15-20 min",
+        "15-23 min (judged every 3 min)",
     ),
     "FirstPositionAcceptanceLow": (
         "position 0 acceptance over 5m < `position0_floor` (0.5), with traffic, where a profile matches or "
