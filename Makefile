@@ -58,11 +58,9 @@ preview: $(STAMP) tools
 demo: $(RUNTIME_STAMP)
 	$(CLI) demo $(ARGS)
 
-## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group.
-## The e2e's model builders start first, at the lowest priority, on the cores the suite leaves idle.
+## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group
 TEST_WORKERS ?= 2
 test: $(STAMP) tools
-	sh tests/e2e_vllm/setup_env.sh --start-builders .e2e/venv .e2e/models
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	$(MAKE) e2e-vllm
 
