@@ -251,13 +251,13 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
         span = _minus(rng, o.range(base)) if w != base else ""
         if span and c.parse_duration(span) <= 0:
             span = ""
+        # A longer window at every level is the mean of that level's own shortest-window rates:
+        # a namespace reads its few series, not every server's (docs/scale.md).
+        from_base = bool(span)
         finer: str | None = None  # the level just recorded, which the next one sums
         for level, labels in lv:
-            if span and level == ENGINE:
+            if from_base and level == ENGINE:
                 continue  # per engine: the shortest window only (the engine panel averages it)
-            # A longer window at every level is the mean of that level's own shortest-window rates:
-            # a namespace reads its few series, not every server's (docs/scale.md).
-            from_base = bool(span)
             for metric, counter in counters.items():
                 if level == ENGINE and metric not in ENGINE_RATES:
                     continue
@@ -295,24 +295,22 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 name(level, "acceptance_ratio", f"ratio_rate{w}"),
                 f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)",
             )
-            if level != ENGINE:
-                pos = name(level, "position_accepted_tokens", f"rate{w}")
-                record(
-                    to,
-                    name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
-                    f"{pos} / ignoring(position) group_left() ({drafts} > 0)",
-                )
-                record(
-                    to,
-                    name(level, "effective_draft_length", f"ratio_rate{w}"),
-                    f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)",
-                )
-                record(
-                    to,
-                    name(level, "draft_token_share", f"ratio_rate{w}"),
-                    f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)",
-                )
-            if level not in (ENGINE, SERVER):
+            record(
+                to,
+                name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
+                f"{name(level, 'position_accepted_tokens', f'rate{w}')} / ignoring(position) group_left() ({drafts} > 0)",
+            )
+            record(
+                to,
+                name(level, "effective_draft_length", f"ratio_rate{w}"),
+                f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)",
+            )
+            record(
+                to,
+                name(level, "draft_token_share", f"ratio_rate{w}"),
+                f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)",
+            )
+            if level != SERVER:
                 # Only where the dashboards read them (a clause per position each): not per server.
                 record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"), _conditional(level, w))
                 record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
