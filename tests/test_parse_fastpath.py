@@ -4,12 +4,18 @@ whatever the shape of the lines; and its cache of series stays bounded and unsha
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+import sys
+import time
 
+import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vllm_specdec_exporter import config, parser
-from vllm_specdec_exporter.parser import ParseError, parse
+from vllm_specdec_exporter.parser import ParseError, Sample, parse
 
 NAMES = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED,
          config.VLLM_V1_ACCEPTED_PER_POS, config.VLLM_V1_GENERATION_TOKENS)
@@ -129,3 +135,138 @@ def test_eof_is_the_first_eof_line_however_many_hashes(pieces, sep):
     hashes = ("O\n" * 2000).encode()  # well past the budget
     assert parser._find_eof(hashes + data) == (-1 if reference_eof(data) == -1 else len(hashes) + reference_eof(data))
     assert parser._find_eof(data + b"\n" + hashes) == reference_eof(data + b"\n" + hashes)
+
+
+# --- Issue 29: linear time by construction, and indentation read like the careful path ---
+
+HOSTILE_TAILS = [",", '"', "}", "x", "\v", "\xa0", "#", "1 x"]
+
+
+def _hostile(n: int, tail: str, lines: int = 4) -> bytes:
+    """``lines`` wanted lines, each a value followed by ``n`` blanks and a byte that ends no
+    number: the shape that made the old fast path try every split of the blanks."""
+    return "".join(f'{NAMES[0]}{{engine="{e}"}} 1{" " * n}{tail}\n' for e in range(lines)).encode()
+
+
+def _cost(data: bytes, wanted) -> float:
+    best = math.inf
+    for _ in range(3):  # the least of three: these machines are shared
+        start = time.perf_counter()
+        parse(data, wanted)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _growth(make) -> tuple[float, float]:
+    """cost(8k)/cost(1k) and cost(64k)/cost(8k): about 8 when linear, 64 when quadratic (then
+    the 64k step, minutes, is not run)."""
+    c1, c8 = (_cost(make(n), NAMES) for n in (1024, 8192))
+    low = c8 / max(c1, 1e-5)
+    return low, (_cost(make(65536), NAMES) / max(c8, 1e-5) if low < 24 else math.inf)
+
+
+SHAPES = {
+    **{f"blanks then {t!r}": functools.partial(lambda t, n: _hostile(n, t), t) for t in HOSTILE_TAILS},
+    "tabs then ','": lambda n: "".join(f'{NAMES[0]}{{engine="{e}"}} 1{chr(9) * n},\n' for e in range(4)).encode(),
+    "blanks before the value": lambda n: "".join(f'{NAMES[0]}{{e="{e}"}}{" " * n}x\n' for e in range(4)).encode(),
+    "an unclosed label set": lambda n: "".join(f'{NAMES[0]}{{e="{e}",{"a" * n}\n' for e in range(4)).encode(),
+    "a long label value": lambda n: "".join(f'{NAMES[0]}{{e="{e}",a="{"b" * n}}} 1 ,\n' for e in range(4)).encode(),
+    "indentation": lambda n: "".join(f'{" " * n}{NAMES[0]}{{e="{e}"}} 1\n' for e in range(4)).encode(),
+    "blank runs in a comment": lambda n: "".join(f'{NAMES[0]}{{e="{e}"}} 1 #{" " * n}x{" " * n}\n'
+                                                  for e in range(4)).encode(),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_fast_path_costs_linear_time_in_the_worst_shapes(shape):
+    """Ratios, not absolute times: a quadratic pattern grows 64x per step, a linear one 8x."""
+    low, high = _growth(SHAPES[shape])
+    assert low < 24 and high < 24, f"{shape}: cost grew {low:.1f}x then {high:.1f}x for 8x the blanks"
+
+
+def test_report_on_the_dp8_example_with_one_hostile_line_costs_what_the_clean_file_costs():
+    from vllm_specdec_exporter.adapters import extract
+
+    clean = (REPO / "examples" / "vllm-v1-dp8-k2.prom").read_bytes()
+    hostile = clean + _hostile(65536, ",", lines=1)
+
+    def cost(data: bytes) -> float:
+        best = math.inf
+        for _ in range(5):
+            start = time.perf_counter()
+            extract(data)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    clean_cost, hostile_cost = cost(clean), cost(hostile)
+    assert hostile_cost < 3 * clean_cost, f"{hostile_cost * 1e3:.2f} ms against {clean_cost * 1e3:.2f} ms clean"
+    snapshot = extract(hostile)  # the line is refused with its reason, the rest still reads
+    assert len(snapshot.engines) == 8 and any("bad value ','" in w for w in snapshot.warnings)
+
+
+def test_the_indent_pattern_is_every_blank_str_strip_takes_off():
+    blanks = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace() and c != 10]
+    pattern = re.compile(parser._B_INDENT)
+    assert all(pattern.fullmatch(b.encode()) for b in blanks)
+    assert not [c for c in range(256) if pattern.match(bytes([c])) and not chr(c).isspace()]
+
+
+@pytest.mark.parametrize("indent", [" ", "\t", "\v", "\f", "\r", "\xa0", "\x1c", "\u2003", "\u3000", " \t\xa0"])
+def test_an_indented_wanted_line_is_read_by_both_paths(indent):
+    text = f'# TYPE x counter\n{indent}{NAMES[0]}{{engine="0"}} 5\n{NAMES[1]}{{engine="0"}} 10\n'
+    fast, reference = _both(text)
+    assert fast == reference
+    assert [s.value for s in parse(text, NAMES).samples[NAMES[0]]] == [5.0]
+    assert [s.value for s in parse(indent + text, NAMES).samples[NAMES[0]]] == [5.0]  # the first line too
+
+
+def test_an_indented_comment_is_a_comment_on_both_paths():
+    text = f'\xa0# HELP {NAMES[0]} x\n{NAMES[0]}{{engine="0"}} 5\n'
+    assert _both(text)[0] == _both(text)[1]
+    assert parse(text).malformed_lines == 0
+
+
+# The differential property: fast path, careful path and prometheus_client read the same samples
+# from valid expositions whatever their blank runs, indentation, escapes and line endings; the
+# fast and careful paths also agree on invalid ones (counts and messages included).
+INDENTS = ["", "", "", " ", "\t", "  \t", "\v", "\f", "\xa0", "\x1c", "\u2003"]
+BLANK_RUNS = [" ", "\t", "  ", " \t ", " " * 300]
+LABEL_SETS = ['{engine="E"}', '{engine="E",model_name="m"}', '{ engine="E" , model_name="m" }',
+              '{engine="E",model_name="a\\"b\\\\c\\nd"}', '{engine="E",model_name="é ü"}', '{engine="E",}']
+
+
+@st.composite
+def exposition(draw):
+    lines, expected = [], {}
+    for engine in range(draw(st.integers(0, 6))):
+        name = draw(st.sampled_from(NAMES))
+        labels = draw(st.sampled_from(LABEL_SETS)).replace("E", str(engine))
+        value = draw(st.sampled_from(["0", "1", "12345", "1.5e+06", "3.25", "NaN", "+Inf", "-Inf"]))
+        stamp = draw(st.sampled_from(["", "", " 1700000000000"]))
+        lines.append(draw(st.sampled_from(INDENTS)) + name + labels + draw(st.sampled_from(BLANK_RUNS)) + value
+                     + stamp + draw(st.sampled_from(["", "", " ", "\t", " " * 200])))
+        expected[name] = expected.get(name, 0) + 1
+        if draw(st.booleans()):
+            lines.append(f'other_metric{{i="{engine}"}} 1')
+    ending = draw(st.sampled_from(["\n", "\r\n"]))
+    return "# HELP other_metric spec_decode_ anchor\n" + "".join(line + ending for line in lines)
+
+
+def _values(samples) -> list:
+    return sorted((s.name, tuple(sorted(s.labels.items())), repr(s.value)) for s in samples)
+
+
+@settings(max_examples=300, deadline=None)
+@given(exposition())
+def test_fast_careful_and_prometheus_client_read_the_same_samples(text):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fast, careful = parse(text, NAMES), parse(text)
+    theirs = [s for family in text_string_to_metric_families(text) for s in family.samples if s.name in NAMES]
+    mine = [s for n in NAMES for s in fast.samples.get(n, [])]
+    disagreements = {
+        "fast/careful": _values(mine) != _values(s for n in NAMES for s in careful.samples.get(n, [])),
+        "fast/prometheus_client": _values(mine) != _values(Sample(s.name, s.labels, float(s.value)) for s in theirs),
+        "malformed": fast.malformed_lines != 0 or careful.malformed_lines != 0,
+    }
+    assert not any(disagreements.values()), f"{[k for k, v in disagreements.items() if v]} on {text!r}"
