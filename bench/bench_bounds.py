@@ -177,8 +177,9 @@ def worker_peak_mb(size: int) -> tuple[float, float]:
 
     async def go() -> tuple[int, float]:
         started = time.perf_counter()
-        await parse_pool._in_worker(len(body), parse_pool.read_payload, body, 32 * 1024 * 1024, None, {}, 512)
-        pid = next(iter(parse_pool._pool(len(body) > config.PARSE_BIG_BYTES)._processes))
+        big = len(body) > config.PARSE_BIG_BYTES
+        await parse_pool._in_worker(big, "bench", parse_pool.read_payload, "bench", body, 32 * 1024 * 1024, None, {}, 512)
+        pid = next(iter(parse_pool._pool(big)._processes))
         took = time.perf_counter() - started
         return pid, took
 
@@ -228,7 +229,64 @@ def healthy_beside_hostile(seconds: float = 60.0, hostile: int = 5) -> dict:
             u.close()
 
 
+def the_attack(seconds: float = 40.0) -> dict:
+    """Issue 29's attack: three targets serving 3.9 MiB and one 31.9 MiB of spec-decode lines
+    beside a healthy one (1 s polls), /healthz probed all along: the healthy target's polls,
+    the slowest /healthz, and the sum of every process's peak memory (the pod's)."""
+    small, big = hostile_payload(int(3.9 * 1024 * 1024)), hostile_payload(int(31.9 * 1024 * 1024))
+    seen: list[float] = []
+
+    def healthy(n: int) -> bytes:
+        seen.append(time.monotonic())
+        body = "".join(engine_block(str(e), 1000 * (n + 1), 2, "m") for e in range(8))
+        # ~0.4 MB like vLLM's TP=8/DP=8 payload: parsed in a process, as a real server's is
+        return (body + "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}"}} {i}\n' for i in range(7000))).encode()
+
+    ups = [Upstream(healthy)] + [Upstream(lambda n: small) for _ in range(3)] + [Upstream(lambda n: big)]
+    targets = "".join(f"  - {{name: t{i}, url: '{u.url}'}}\n" for i, u in enumerate(ups))
+    serve = Serve(f"targets:\n{targets}poll: {{interval: 1s, timeout: 4s}}\n")
+    try:
+        while sum(u.requests for u in ups[1:]) < 8:
+            time.sleep(0.2)
+        start, latencies = time.monotonic(), []
+        while time.monotonic() < start + seconds:
+            t0 = time.monotonic()
+            get(serve.port, "/healthz", timeout=30)
+            latencies.append(time.monotonic() - t0)
+            time.sleep(0.2)
+        window = [t for t in seen if start <= t <= start + seconds]
+        gaps = [b - a for a, b in itertools.pairwise(window)]
+        pids = [serve.proc.pid, *Path(f"/proc/{serve.proc.pid}/task/{serve.proc.pid}/children").read_text().split()]
+
+        def hwm(pid: int | str) -> float:
+            status = Path(f"/proc/{pid}/status").read_text()
+            return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+        return {
+            "polls": len(window),
+            "normal_share": sum(g <= 1.5 for g in gaps) / max(len(gaps), 1),
+            "healthz_worst_ms": 1000 * max(latencies),
+            "probes": len(latencies),
+            "peaks_mb": [hwm(p) for p in pids],
+            "hostile_polls": [u.requests for u in ups[1:]],
+        }
+    finally:
+        serve.stop()
+        for u in ups:
+            u.close()
+
+
 def main() -> int:
+    r = the_attack()
+    print(
+        f"attack_healthy_polls_in_40_s: {r['polls']}  ({100 * r['normal_share']:.0f} % of gaps <= 1.5 s at a 1 s interval; "
+        f"hostile targets polled {r['hostile_polls']})"
+    )
+    print(f"attack_healthz_worst_ms: {r['healthz_worst_ms']:.0f}  ({r['probes']} probes)")
+    print(
+        f"attack_pod_peak_mb: {sum(r['peaks_mb']):.0f}  (main {r['peaks_mb'][0]:.0f}, "
+        f"children {', '.join(f'{m:.0f}' for m in r['peaks_mb'][1:])})"
+    )
     for mib in (8, 16, 32):
         peak, took = worker_peak_mb(mib * 1024 * 1024 - 4096)
         print(f"parsing_process_peak_mb_{mib}_mib_payload: {peak:.0f}  ({took:.1f} s)")

@@ -88,14 +88,39 @@ def test_changing_a_sample_labels_does_not_change_the_next_parse():
 
 
 def test_the_series_cache_stays_bounded():
-    big = "x" * (parser._SERIES_CACHED_BYTES + 1)
-    parse(f'{NAMES[0]}{{engine="0",model_name="{big}"}} 1\n', NAMES)
-    assert not any(big.encode() in raw for raw in parser._SERIES) and big not in parser._SERIES_STRINGS
-    for start in range(0, parser._SERIES_CACHED + 500, 1000):
+    cache = parser.SeriesCache()
+    big = "x" * (cache.max_bytes + 1)
+    parse(f'{NAMES[0]}{{engine="0",model_name="{big}"}} 1\n', NAMES, cache=cache)
+    assert not any(big.encode() in raw for raw in cache.entries) and big not in cache.strings
+    for start in range(0, cache.max_entries + 500, 1000):
         text = "".join(f'{NAMES[0]}{{engine="{e}"}} 1\n' for e in range(start, start + 1000))
-        exp = parse(text, NAMES)
+        exp = parse(text, NAMES, cache=cache)
         assert len(exp.samples[NAMES[0]]) == 1000
-        assert len(parser._SERIES) <= parser._SERIES_CACHED
+        assert len(cache.entries) <= cache.max_entries
+
+
+def test_a_churning_target_leaves_another_targets_cache_alone():
+    """Issue 29 item 9: one cache shared by every target was cleared by whichever churned."""
+    from vllm_specdec_exporter import parse_pool
+
+    steady = "".join(f'{NAMES[0]}{{engine="{e}"}} 1\n' for e in range(8)).encode()
+    parse_pool.read_payload("steady", steady, 1 << 20, None, {}, 512)
+    kept = dict(parse_pool._cache("steady").entries)
+    assert len(kept) == 8
+    for poll in range(6):  # every poll a whole cache's worth of new series
+        churn = "".join(f'{NAMES[0]}{{engine="{poll}-{e}"}} 1\n' for e in range(2500)).encode()
+        parse_pool.read_payload("churning", churn, 1 << 22, None, {}, 512)
+    assert parse_pool._cache("steady").entries == kept
+
+
+def test_a_parse_stops_past_max_samples_and_says_so():
+    text = "".join(f'{NAMES[0]}{{engine="{e}"}} {e}\n' for e in range(100))
+    exp = parse(text, NAMES, max_samples=40)
+    assert [s.value for s in exp.samples[NAMES[0]]] == [float(e) for e in range(40)]
+    assert exp.cut_at == 40 and exp.issues[-1].line == 41
+    assert "more than 40 samples" in exp.issues[-1].message
+    exact = parse(text, NAMES, max_samples=100)  # exactly the bound: nothing cut
+    assert exact.cut_at is None and len(exact.samples[NAMES[0]]) == 100
 
 
 def test_a_stray_hit_far_from_the_families_is_read():

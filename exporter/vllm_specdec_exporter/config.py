@@ -140,12 +140,23 @@ MAX_DRAFTS_PER_SECOND = 250_000
 # many were logged, new ones are counted (..._exporter_warnings_suppressed_total), not logged.
 MAX_WARNING_CHARS = 1000
 WARNINGS_REMEMBERED = 1000
+# Samples of the spec-decode families read per engine held, at most: k positions and a
+# few counters (vLLM V1 has four; the other producers fewer). A parse stops reading a
+# payload past max_series_per_target x this (the rest could not be held anyway), which
+# bounds a hostile payload's parse time and memory whatever its size (parser.parse).
+MAX_SAMPLES_PER_ENGINE = MAX_K + 8
 # Payloads above this are parsed in a worker process, so /healthz and /metrics keep
-# answering while a 32 MiB payload is read (a few seconds of Python).
+# answering while a 32 MiB payload is read (~0.1 s of C-speed scans and at most the
+# samples above in Python: linear time, parser.py).
 PARSE_IN_WORKER_BYTES = 256 * 1024
-# ... by one of two processes: payloads above this in one, the others in the other, so a
-# real server's payload (0.36 MB at TP=8/DP=8) never waits behind a hostile 32 MiB one.
+# ... by one of two processes, chosen per target by its own cost: a target whose payload
+# is over PARSE_BIG_BYTES, or whose last parse took over PARSE_BUDGET_SECONDS, has its
+# parses in the heavy one for PARSE_HEAVY_HOLD_SECONDS; the others share the light one. A
+# real server's payload (0.36 MB at TP=8/DP=8: ~5 ms in the process) so never waits behind
+# a hostile target's, whatever size the hostile one picks.
 PARSE_BIG_BYTES = 4 * 1024 * 1024
+PARSE_BUDGET_SECONDS = 0.25
+PARSE_HEAVY_HOLD_SECONDS = 300.0
 # A parse that takes longer (the worker died, or the machine is starved) fails the
 # poll as result="error" and the worker process is replaced. Counts the parse alone, not
 # its wait for the process.

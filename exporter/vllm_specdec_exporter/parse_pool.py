@@ -1,16 +1,16 @@
 """Reading a payload, and the processes that read the big ones.
 
 ``read`` parses one payload and bounds it to what a target may hold. Over
-``config.PARSE_IN_WORKER_BYTES`` it does so in a parsing process (a 32 MiB payload
-takes seconds of Python; in a thread it would share the GIL: /healthz and /metrics
-stalled 0.5 s, measured), one per lane so a real server's payload never waits behind a
-hostile one.
+``config.PARSE_IN_WORKER_BYTES`` it does so in a parsing process (in a thread it would
+share the GIL: /healthz and /metrics stalled 0.5 s, measured), in the lane that the
+target's own cost picks, so a real server's payload never waits behind a hostile one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import multiprocessing
 import os
 import threading
@@ -27,7 +27,7 @@ from . import config
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .history import admit
 from .model import Counters, SeriesKey, Snapshot
-from .parser import NotPrometheusText, PayloadTooLarge
+from .parser import NotPrometheusText, PayloadTooLarge, SeriesCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,26 +61,45 @@ class WorkerError(Exception):
 
 
 async def read(
-    body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+    target: str, body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
 ) -> Read | Failure:
-    """``read_payload``, in a parsing process for a big payload. Raises ``WorkerError`` on
-    an unexpected exception in the parse, or when the parsing process died or took too long."""
-    args = (body, max_bytes, producer, held, max_series)
-    got = await _in_worker(len(body), read_payload, *args) if len(body) > config.PARSE_IN_WORKER_BYTES else read_payload(*args)
+    """``read_payload`` for the named target, in a parsing process for a big payload (in the
+    lane its own cost picks: ``_heavy``). Raises ``WorkerError`` on an unexpected exception
+    in the parse, or when the parsing process died or took too long."""
+    args = (target, body, max_bytes, producer, held, max_series)
+    if len(body) <= config.PARSE_IN_WORKER_BYTES:
+        got = read_payload(*args)
+    else:
+        got = await _in_worker(_heavy(target, len(body)), target, read_payload, *args)
     if isinstance(got, WorkerError):
         raise got
     return got
 
 
+# Each process's series caches, one per target (parser.SeriesCache), at most this many.
+_CACHES: dict[str, SeriesCache] = {}
+_CACHED_TARGETS = 256
+
+
+def _cache(target: str) -> SeriesCache:
+    cache = _CACHES.pop(target, None) or SeriesCache()
+    _CACHES[target] = cache  # the most recently used last
+    if len(_CACHES) > _CACHED_TARGETS:
+        del _CACHES[next(iter(_CACHES))]
+    return cache
+
+
 def read_payload(
-    body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+    target: str, body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
 ) -> Read | Failure | WorkerError:
     """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
     process for big payloads, so what it hands back is small (at most ``max_series``
     engines, a few warnings) and the expected failures come back as values: exceptions
     with their own constructors do not survive pickling."""
     try:
-        snapshot = extract(body, max_bytes, producer)
+        snapshot = extract(
+            body, max_bytes, producer, cache=_cache(target), max_samples=max_series * config.MAX_SAMPLES_PER_ENGINE
+        )
     except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
         return Failure(
             _RESULTS[next(c for c in _RESULTS if isinstance(e, c))], str(e), dict(getattr(e, "generation", None) or {})
@@ -103,13 +122,31 @@ _RESULTS = {
 }
 
 
-# The parsing processes, one per lane, each started on its lane's first payload: payloads
-# over PARSE_BIG_BYTES (True) and the others, so a real server's payload (~0.4 MB for
-# TP=8/DP=8) never waits behind a hostile 32 MiB one (seconds of parsing).
+# The parsing processes, one per lane, each started on its lane's first payload: the heavy
+# lane (True) for the targets whose own payloads are big or slow to parse, the light lane
+# for the others (config.PARSE_BUDGET_SECONDS), so a real server's payload never waits
+# behind a hostile target's.
 _POOLS: dict[bool, ProcessPoolExecutor] = {}
 # One payload at a time per process, the others wait here (at most one per target: a
 # target's polls are sequential). Per event loop: an asyncio.Lock belongs to one.
 _LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[bool, asyncio.Lock]] = weakref.WeakKeyDictionary()
+# Target name -> until when (time.monotonic()) its parses go to the heavy lane.
+_HEAVY_UNTIL: dict[str, float] = {}
+
+
+def _heavy(target: str, size: int) -> bool:
+    """Whether this target's payload goes to the heavy lane: by its size, or by what the
+    target's own last parses cost. Judged per target, never per size class alone: three
+    targets serving 3.9 MiB of spec-decode lines each shared one process with a real
+    server's 0.4 MB and cut its polls from 42 to 3 in 40 s."""
+    return size > config.PARSE_BIG_BYTES or time.monotonic() < _HEAVY_UNTIL.get(target, -math.inf)
+
+
+def _note_cost(target: str, seconds: float) -> None:
+    if seconds > config.PARSE_BUDGET_SECONDS:
+        if len(_HEAVY_UNTIL) > _CACHED_TARGETS:
+            _HEAVY_UNTIL.clear()  # bounded: names come from the config, this only guards a bug
+        _HEAVY_UNTIL[target] = time.monotonic() + config.PARSE_HEAVY_HOLD_SECONDS
 
 
 def _pool(big: bool) -> ProcessPoolExecutor:
@@ -156,18 +193,28 @@ def close_parse_pool(big: bool | None = None) -> None:
 _T = TypeVar("_T")
 
 
-async def _in_worker(size: int, fn: Callable[..., _T], *args: object) -> _T:
-    """``fn(*args)`` in the parsing process of the lane for a ``size``-byte payload. The
-    timeout counts the parse alone, not the wait for the process; as a process parses one
-    payload at a time, one that dies or is killed fails that payload's poll only."""
-    big = size > config.PARSE_BIG_BYTES
+def _timed(fn: Callable[..., _T], *args: object) -> tuple[_T, float]:
+    """In the parsing process: ``fn(*args)`` and the seconds it took there (the process's
+    start and the wait for it excluded: they are not the target's cost)."""
+    started = time.perf_counter()
+    return fn(*args), time.perf_counter() - started
+
+
+async def _in_worker(big: bool, target: str, fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` in the parsing process of the given lane. The timeout counts the parse
+    alone, not the wait for the process; as a process parses one payload at a time, one
+    that dies or is killed fails that payload's poll only. What the parse cost there picks
+    the target's next lane."""
     lock = _LANES.setdefault(asyncio.get_running_loop(), {}).setdefault(big, asyncio.Lock())
     async with lock:
         try:
-            future = asyncio.get_running_loop().run_in_executor(_pool(big), fn, *args)
+            future = asyncio.get_running_loop().run_in_executor(_pool(big), _timed, fn, *args)
             # A starved or stuck worker must not hold the poll forever.
-            return await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
+            got, seconds = await asyncio.wait_for(future, config.PARSE_TIMEOUT_SECONDS)
         except (TimeoutError, BrokenProcessPool) as e:
             close_parse_pool(big)  # the lane's next payload starts a fresh process
+            _note_cost(target, math.inf)
             what = f"took over {config.PARSE_TIMEOUT_SECONDS} s" if isinstance(e, TimeoutError) else "died"
             raise WorkerError(f"the parsing process {what}; it was replaced", "") from None
+    _note_cost(target, seconds)
+    return got

@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import functools
 import itertools
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class Exposition:
     issues: list[LineIssue] = field(default_factory=list)  # first few, with line numbers
     openmetrics: bool = False
     size: int = 0
+    cut_at: int | None = None  # the max_samples bound, when the payload held more and the rest was not read
 
     def issue_messages(self) -> list[str]:
         out = [str(i) for i in self.issues]
@@ -225,21 +227,22 @@ def _record(exp: Exposition, data: bytes, pos: int, message: str) -> None:
         exp.issues.append(LineIssue(data.count(b"\n", 0, pos) + 1, message[: 2 * config.MAX_WARNING_CHARS]))
 
 
-def _add_line(exp: Exposition, seen: set[int], strings: dict[str, str], data: bytes, start: int, end: int) -> None:
+def _add_line(exp: Exposition, seen: set[int], strings: dict[str, str], data: bytes, start: int, end: int) -> bool:
+    """Read one line with the careful path; True when it added a sample."""
     try:
         text = data[start:end].decode("utf-8").strip()
     except UnicodeDecodeError:
         exp.malformed_lines += 1
         _record(exp, data, start, "not valid UTF-8")
-        return
+        return False
     if not text or text.startswith("#"):  # blank or a comment once Unicode blanks are off, as prometheus_client reads it
-        return
+        return False
     try:
         sample = parse_sample_line(text, strings)
     except _Malformed as e:
         exp.malformed_lines += 1
         _record(exp, data, start, str(e))
-        return
+        return False
     # A series is remembered by its hash (Python's keyed 64-bit SipHash), not its strings:
     # ~60 bytes a series instead of ~450. Two series colliding (~1e-8 for 600,000 series)
     # would be reported as a duplicate, never merged silently.
@@ -247,9 +250,10 @@ def _add_line(exp: Exposition, seen: set[int], strings: dict[str, str], data: by
     if key in seen:
         exp.duplicate_series += 1
         _record(exp, data, start, f"duplicate series {format_series(sample.name, sample.labels)} (first value kept)")
-        return
+        return False
     seen.add(key)
     exp.samples.setdefault(sample.name, []).append(sample)
+    return True
 
 
 def _rfind(data: bytes, needle: bytes, lo: int, hi: int) -> int:
@@ -374,42 +378,50 @@ def _finder(wanted: frozenset[str]) -> tuple[tuple[bytes, ...], re.Pattern[bytes
     return tuple(anchors), *_lines_re(needles)
 
 
-# The series read before (name and label set, as bytes) -> (name, labels, key): a payload
-# keeps its label sets from poll to poll (only values move), so each is tokenised once, not
-# on every poll. Bounded: cleared when full; series longer than _SERIES_CACHED_BYTES are
-# never kept. Sample labels are copies: a consumer that changes one cannot change the cache.
-_SERIES: dict[bytes, tuple[str, dict[str, str], int]] = {}
-_SERIES_CACHED = 8192
-_SERIES_CACHED_BYTES = 512
-_SERIES_STRINGS: dict[str, str] = {}  # names and label strings of the cached series, each held once
+class SeriesCache:
+    """The series one target served before (name and label set, as bytes) -> (name, labels,
+    key): a payload keeps its label sets from poll to poll (only values move), so each is
+    tokenised once, not on every poll. One per target, so a target whose series churn
+    clears only its own (a cache shared by every target let one churning target make the
+    others' parses ~3x slower). Bounded: cleared when full; series longer than
+    ``max_bytes`` are never kept. Sample labels are copies: a consumer that changes one
+    cannot change the cache."""
 
+    def __init__(self, max_entries: int = 2048, max_bytes: int = 512):
+        self.entries: dict[bytes, tuple[str, dict[str, str], int]] = {}
+        self.strings: dict[str, str] = {}  # names and label strings of the kept series, each held once
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
 
-def _series(raw: bytes) -> tuple[str, dict[str, str], int] | None:
-    """(name, labels, key) of a canonical series, or None (not canonical, or a label repeated:
-    the careful path says why)."""
-    if not _B_SERIES_RE.fullmatch(raw):
-        return None
-    text = raw.decode("utf-8")  # the payload was checked to be UTF-8, and lines end at whole characters
-    brace = text.find("{")
-    kept = len(raw) <= _SERIES_CACHED_BYTES
-    if kept and len(_SERIES) >= _SERIES_CACHED:
-        _SERIES.clear()
-        _SERIES_STRINGS.clear()
-    strings = _SERIES_STRINGS if kept else {}  # a series not kept leaves no string behind either
-    name = text if brace == -1 else text[:brace]
-    name = strings.setdefault(name, name)
-    pairs = (
-        []
-        if brace == -1
-        else [(strings.setdefault(k, k), strings.setdefault(v, v)) for k, v in _FAST_LABEL_RE.findall(text, brace)]
-    )
-    labels = dict(pairs)
-    if len(labels) != len(pairs):
-        return None
-    entry = (name, labels, hash((name, frozenset(labels.items()))))  # the key as _add_line computes it
-    if kept:
-        _SERIES[raw] = entry
-    return entry
+    def series(self, raw: bytes) -> tuple[str, dict[str, str], int] | None:
+        """(name, labels, key) of a canonical series, or None (not canonical, or a label
+        repeated: the careful path says why)."""
+        entry = self.entries.get(raw)
+        if entry is not None:
+            return entry
+        if not _B_SERIES_RE.fullmatch(raw):
+            return None
+        text = raw.decode("utf-8")  # the payload was checked to be UTF-8, and lines end at whole characters
+        brace = text.find("{")
+        kept = len(raw) <= self.max_bytes
+        if kept and len(self.entries) >= self.max_entries:
+            self.entries.clear()
+            self.strings.clear()
+        strings = self.strings if kept else {}  # a series not kept leaves no string behind either
+        name = text if brace == -1 else text[:brace]
+        name = strings.setdefault(name, name)
+        pairs = (
+            []
+            if brace == -1
+            else [(strings.setdefault(k, k), strings.setdefault(v, v)) for k, v in _FAST_LABEL_RE.findall(text, brace)]
+        )
+        labels = dict(pairs)
+        if len(labels) != len(pairs):
+            return None
+        entry = (name, labels, hash((name, frozenset(labels.items()))))  # the key as _add_line computes it
+        if kept:
+            self.entries[raw] = entry
+        return entry
 
 
 # Hits of an anchor at most this far apart are read as one stretch: the regex skips the
@@ -452,8 +464,14 @@ def parse(
     data: bytes | str,
     wanted: Iterable[str] | None = None,
     max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+    *,
+    cache: SeriesCache | None = None,
+    max_samples: int | None = None,
 ) -> Exposition:
-    """Parse an exposition; with ``wanted``, only samples with those exact names."""
+    """Parse an exposition; with ``wanted``, only samples with those exact names. ``cache``
+    keeps a target's series from one poll to the next; past ``max_samples`` samples read,
+    the rest of the payload is not read (``Exposition.cut_at``: what a target may hold is
+    bounded anyway, and so are the memory and the time its parse takes)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     _check_payload(data, max_bytes)
@@ -491,14 +509,20 @@ def parse(
     # The stretches of lines that hold an anchor, then one regex pass over each that yields
     # only the wanted names' lines (exact name, then '{' or a blank), in payload order.
     anchors, lines, first_line = _finder(frozenset(wanted))
-    cache, samples, seen_add, new_sample = _SERIES, exp.samples, seen.add, tuple.__new__
+    series = (cache or SeriesCache()).series
+    samples, seen_add, new_sample = exp.samples, seen.add, tuple.__new__
+    room = math.inf if max_samples is None else max_samples
     for run_start, run_end in _runs(data, anchors, limit):
         found: Iterable[re.Match[bytes]] = lines.finditer(data, run_start - 1, run_end)
         if run_start == 0:  # the payload's first line: no newline before it
             found = itertools.chain(filter(None, [first_line.match(data, 0, run_end)]), found)
         for m in found:
+            if room <= 0:  # one more wanted line than may be read
+                exp.cut_at = max_samples
+                _record(exp, data, m.end(), f"more than {max_samples:,} samples of the wanted names: the rest not read")
+                return exp
             raw, value, timestamp = m.group(1, 2, 3)
-            entry = None if raw is None else cache.get(raw) or _series(raw)
+            entry = None if raw is None else series(raw)
             if entry is not None:
                 name, labels, key = entry
                 if key not in seen:
@@ -511,10 +535,11 @@ def parse(
                     else:
                         seen_add(key)
                         samples.setdefault(name, []).append(new_sample(Sample, (name, labels.copy(), number)))
+                        room -= 1
                         continue
             # Not canonical, a repeated series or a bad number: the careful path reads it and says why.
             start = m.start() + (data[m.start()] == 0x0A)
-            _add_line(exp, seen, strings, data, start, _end_of(data, start, run_end))
+            room -= _add_line(exp, seen, strings, data, start, _end_of(data, start, run_end))
     return exp
 
 

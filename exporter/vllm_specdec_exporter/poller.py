@@ -105,7 +105,12 @@ class TargetPoller:
             )
             # A big payload is read in a parsing process, so /healthz and /metrics keep answering.
             got = await parse_pool.read(
-                body, self.settings.max_payload_bytes, self.target.producer, self.history.seen(), self.max_series
+                self.target.name,
+                body,
+                self.settings.max_payload_bytes,
+                self.target.producer,
+                self.history.seen(),
+                self.max_series,
             )
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from .. import config
 from ..model import SeriesKey, Snapshot
-from ..parser import Exposition, ParseError, parse
+from ..parser import Exposition, ParseError, SeriesCache, parse
 from . import dynamo, llamacpp, lmdeploy, ray_serve, sglang, trtllm, vllm_v0, vllm_v1
 from .common import UnsupportedProducer, families_present
 
@@ -149,16 +149,24 @@ class NoSpecDecodeFamilies(ParseError):
         self.generation = generation or {}
 
 
-def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES, producer: str | None = None) -> Snapshot:
+def extract(
+    data: bytes | str,
+    max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+    producer: str | None = None,
+    *,
+    cache: SeriesCache | None = None,
+    max_samples: int | None = None,
+) -> Snapshot:
     """Parse a /metrics payload and read it with the named producer's adapter, or
-    the detected one. Raises UnsupportedProducer for a producer that is refused."""
+    the detected one. Raises UnsupportedProducer for a producer that is refused.
+    ``cache`` and ``max_samples``: see parser.parse."""
     if producer is not None and producer not in BY_NAME:
         raise ValueError(f"unknown producer {producer!r} (known: {', '.join(PRODUCERS)})")
     if producer:
         candidates: tuple[Adapter, ...] = (BY_NAME[producer],)
-        exp = parse(data, candidates[0].families, max_bytes)
+        exp = parse(data, candidates[0].families, max_bytes, cache=cache, max_samples=max_samples)
     else:
-        exp = parse(data, WANTED, max_bytes)
+        exp = parse(data, WANTED, max_bytes, cache=cache, max_samples=max_samples)
         candidates = ranked(exp)
     for adapter in candidates:
         snap = adapter.snapshot(exp)
@@ -167,5 +175,5 @@ def extract(data: bytes | str, max_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES
             return replace(snap, warnings=snap.warnings + also) if also else snap
     generation = next((g for a in (candidates or ADAPTERS) if (g := a.generation_tokens(exp))), {})
     # Named the payload's producer, or another one: say which the families belong to.
-    seen = detect(parse(data, WANTED, max_bytes) if producer else exp)
+    seen = detect(parse(data, WANTED, max_bytes, max_samples=max_samples) if producer else exp)
     raise NoSpecDecodeFamilies(generation, candidates if producer else ADAPTERS, seen)
