@@ -27,7 +27,8 @@ a second, on new connections and requests): new connections get the new
 certificate, open ones keep theirs. The config fails closed, as exporter-toolkit's
 never falls back to plaintext: a reload that does not load, or that would weaken
 the config (turn TLS off, remove every user, stop requiring or verifying client
-certificates, drop client_allowed_sans), keeps the last good config and logs one
+certificates, drop client_allowed_sans, lower min_version, remove or loosen
+rate_limit, remove or change a header), keeps the last good config and logs one
 error line naming the file; a deliberate weakening takes a restart. An unchanged
 refused file is not read again. /healthz and /readyz stay open: a kubelet probe
 carries no password, and neither says anything about vLLM.
@@ -127,11 +128,13 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WEB_CONFIG_MAX_BYTES = 1 << 20  # a web config is a few hundred bytes; more is refused unread
 WEB_CONFIG_MAX_DEPTH = 32  # nesting: the deepest real key is 3 levels down
 RATE_LIMIT_CLIENTS = 1024
-# bcrypt checks waiting or running (one worker, ~0.1-0.2 s each at cost 10), per client
-# address and in all; beyond them a request is refused (429) without one, so the right
-# password never queues behind more than BCRYPT_MAX_PENDING (~2-3 s) wrong ones.
+# bcrypt checks waiting or running (one worker, ~0.1-0.2 s each at cost 10) per client
+# address, and client addresses with checks pending; beyond them a request is refused
+# (429) without one. The checks take turns by address (Authenticator.verify), so the right
+# password waits for at most one check per other address, never for the pile a few
+# addresses can keep queued: a bound on checks in all let 8 addresses refuse it every time.
 BCRYPT_MAX_PENDING_PER_CLIENT = 4
-BCRYPT_MAX_PENDING = 16
+BCRYPT_MAX_CLIENTS = 32  # ~3-6 s of checks ahead at most: inside a scrape timeout
 # That 429 comes after this pause: a client sending again as soon as answered gets a few
 # a second per connection, not thousands (which would cost the event loop what bcrypt no longer does).
 BCRYPT_REFUSAL_DELAY_SECONDS = 0.2  # rate-limit buckets kept (least recently used dropped first)
@@ -164,9 +167,31 @@ def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
             out.append(f"stop verifying client certificates ({old.client_auth} -> {new.client_auth})")
         if old.allowed_sans is not None and new.allowed_sans is None:
             out.append("drop client_allowed_sans")
+        if new.ssl_context and new.ssl_context.minimum_version < old.ssl_context.minimum_version:
+            out.append(f"lower the TLS version floor ({_tls_name(old.ssl_context)} -> {_tls_name(new.ssl_context)})")
     if old.users and not new.users:
         out.append("remove every basic_auth_users entry")
+    if old.rate_limit and not new.rate_limit:
+        out.append("remove rate_limit")
+    elif old.rate_limit and new.rate_limit and (new.rate_limit[0] < old.rate_limit[0] or new.rate_limit[1] > old.rate_limit[1]):
+        out.append(f"loosen rate_limit ({_rate_name(old.rate_limit)} -> {_rate_name(new.rate_limit)})")
+    # Any change to a header set counts: telling a stronger value from a weaker one
+    # (a CSP, an HSTS max-age) takes parsing each; a deliberate change takes a restart.
+    dropped = [h for h in old.headers if h not in new.headers]
+    changed = [h for h in old.headers if h in new.headers and new.headers[h] != old.headers[h]]
+    if dropped:
+        out.append(f"remove the header{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}")
+    if changed:
+        out.append(f"change the header{'s' if len(changed) > 1 else ''} {', '.join(changed)}")
     return out
+
+
+def _tls_name(ctx: ssl.SSLContext) -> str:
+    return next((name for name, v in TLS_VERSIONS.items() if v == ctx.minimum_version), str(ctx.minimum_version))
+
+
+def _rate_name(rate: tuple[float, int]) -> str:
+    return f"interval {rate[0]:g}s, burst {rate[1]}"
 
 
 # --- Loading ------------------------------------------------------------------------
@@ -638,21 +663,23 @@ class Authenticator:
     Only successes are cached (an LRU of HMAC digests under a per-process key, never
     the password): a flood of wrong passwords cannot fill the cache, and every wrong
     password costs the attacker a full bcrypt. The checks pending are bounded per
-    client and in all (``verify`` answers None beyond): the queue cannot grow."""
+    client, and so is the number of clients (``verify`` answers None beyond): the queue
+    cannot grow. Clients take turns: one check each at a time."""
 
     def __init__(
         self,
         workers: int = config.BCRYPT_WORKERS,
         cache_size: int = config.AUTH_CACHE_SIZE,
-        max_pending: int = BCRYPT_MAX_PENDING,
+        max_clients: int = BCRYPT_MAX_CLIENTS,
         max_pending_per_client: int = BCRYPT_MAX_PENDING_PER_CLIENT,
     ):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bcrypt")
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._size = cache_size
-        self._max_pending, self._max_per_client = max_pending, max_pending_per_client
+        self._max_clients, self._max_per_client = max_clients, max_pending_per_client
         self._pending: dict[str, int] = {}  # client -> checks waiting or running
+        self._turns: dict[str, asyncio.Lock] = {}  # client -> its one check in the pool's queue
         self.refused = 0  # checks refused as over the bound
 
     def credentials(self, cfg: WebConfig, header: str | None) -> Credentials | None:
@@ -679,17 +706,22 @@ class Authenticator:
         ``client``, or in all): refuse the request without one."""
         if self.cached(creds):
             return True
-        if sum(self._pending.values()) >= self._max_pending or self._pending.get(client, 0) >= self._max_per_client:
+        pending = self._pending.get(client, 0)
+        if pending >= self._max_per_client or (not pending and len(self._pending) >= self._max_clients):
             self.refused += 1
             return None
-        self._pending[client] = self._pending.get(client, 0) + 1
+        self._pending[client] = pending + 1
+        turn = self._turns.setdefault(client, asyncio.Lock())
         try:
-            loop = asyncio.get_running_loop()
-            ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, creds.password, creds.hashed) and creds.known
+            # One check per client in the pool's first-come queue makes it round-robin by
+            # client: a client's next check queues behind every other client's current one.
+            async with turn:
+                loop = asyncio.get_running_loop()
+                ok = await loop.run_in_executor(self._pool, bcrypt.checkpw, creds.password, creds.hashed) and creds.known
         finally:
             self._pending[client] -= 1
-            if not self._pending[client]:
-                del self._pending[client]
+            if not self._pending[client]:  # nobody holds or waits for its turn
+                del self._pending[client], self._turns[client]
         if ok:
             self._ok[creds.digest] = None
             while len(self._ok) > self._size:
