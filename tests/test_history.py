@@ -286,3 +286,35 @@ def test_two_replicas_of_the_same_age_behind_one_url_are_inconsistent_every_othe
             bad += len(h.observe(5.0 * i, {KEY: c(drafts)}).inconsistent)
         assert bad >= config.TARGET_INCONSISTENT_SHARE * 59, (lead, bad)
         assert h.window("1m").engines[KEY].drafts <= 500 * 12 + abs(lead)  # no lifetime added
+
+
+def test_one_cut_poll_does_not_evict_held_engines_for_the_new_engines_in_it():
+    """Issue 29 item 8: a poll cut before the real engines' lines, with new (hostile)
+    engines filling max_series_per_target, evicted the held engines, and the next normal
+    poll refused them for good: the newcomers held every slot. A held engine gives up its
+    place only when missing from two polls in a row."""
+    cap = 3
+    h = TargetHistory(WINDOWS, 4000)
+    real = [("m", str(i)) for i in range(cap)]
+    hostile = {("evil", str(i)): c(1) for i in range(10)}
+    for t in (0, 5):
+        kept, refused, forget = h.admit({k: c(10 + t) for k in real}, cap=cap, max_models=64)
+        h.observe(t, kept, forget)
+    # The cut poll: none of the real engines, ten new ones.
+    kept, refused, forget = h.admit(hostile, cap=cap, max_models=64)
+    assert (kept, refused, forget) == ({}, 10, [])
+    h.observe(10, kept, forget)
+    # The next normal poll keeps all of them, counting on.
+    kept, refused, forget = h.admit({k: c(20) for k in real}, cap=cap, max_models=64)
+    assert sorted(kept) == real and refused == 0 and forget == []
+    obs = h.observe(15, kept, forget)
+    assert sorted(obs.increments) == real and obs.appeared == ()
+
+    # Cut with some of the real engines in it: the missing one is kept too.
+    kept, refused, forget = h.admit({real[0]: c(25), **hostile}, cap=cap, max_models=64)
+    assert list(kept) == [real[0]] and forget == [] and refused == 10
+    h.observe(20, kept, forget)
+    # Missing from a second poll in a row (the last poll that saw a held engine): replaced,
+    # the one unseen the longest first.
+    kept, refused, forget = h.admit({real[0]: c(30), **hostile}, cap=cap, max_models=64)
+    assert sorted(forget) == real[1:] and len(kept) == cap and refused == 10 - (cap - 1)

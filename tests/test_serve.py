@@ -38,6 +38,9 @@ def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
          "config: baselines.profiles[0].mean_acceptance_length: 2.5 exceeds k+1=2"),
         ([], "targets: [{url: 'http://127.0.0.1:1/m', name: a}, {url: 'http://127.0.0.1:2/m', name: a}]\n", "target names must be unique"),
         ([], "targets: [\n", "is not valid YAML"),
+        # issue 29 item 7: aliases are refused as in the web config (a few hundred bytes of them were a 12 MB line)
+        ([], "targets: [{url: 'http://127.0.0.1:1/m'}]\nmin_drafts: [&a [lol, lol], &b [*a, *a], &c [*b, *b]]\n",
+         "config.yaml: aliases (*name) are refused (line 2): write the value out"),
     ],
 )
 def test_config_errors_exit_2_naming_the_key(tmp_path, args, config, expected):

@@ -303,15 +303,24 @@ def admit(
     """Which of a poll's engines may be held: (kept, refused count, engines to forget).
 
     ``held`` maps each engine held to when it was last seen. Engines already held come
-    first; a new one takes the place of the held engine unseen the longest, and is
-    refused when every held engine is still served. Pure: runs in the parsing process.
+    first; a new one takes the place of the held engine unseen the longest among those
+    missing from two polls in a row, and is refused when there is none. Pure: runs in
+    the parsing process.
     """
     kept: dict[SeriesKey, Counters] = {}
     for key in sorted(k for k in raw if k in held)[:cap]:
         kept[key] = raw[key]
     refused = sum(1 for k in raw if k in held) - len(kept)
     models = {m for m, _ in kept}
-    absent = sorted((k for k in held if k not in raw), key=lambda k: held[k], reverse=True)
+    # A held engine missing from this poll gives up its place only if it was also missing
+    # from the last poll that saw any held engine (it was last seen before the latest time
+    # in ``held``): one cut poll (a truncated payload, with new engines in it) evicted a
+    # healthy target's engines for good (issue 29 item 8). As for a counter, one odd poll
+    # changes nothing and a second in a row does. Until then new engines are refused; an
+    # engine missing from every poll is forgotten after forget_after (TargetHistory.observe).
+    latest = max(held.values(), default=0.0)
+    absent = [k for k in held if k not in raw]
+    replaceable = sorted((k for k in absent if held[k] < latest), key=lambda k: held[k], reverse=True)
     room = cap - len(kept) - len(absent)
     forget: list[SeriesKey] = []
     for key in _interleaved(k for k in raw if k not in held):
@@ -319,10 +328,10 @@ def admit(
             refused += 1
             continue
         if room <= 0:
-            if not absent:
+            if not replaceable:
                 refused += 1
                 continue
-            forget.append(absent.pop())  # the one unseen the longest
+            forget.append(replaceable.pop())  # the one unseen the longest
             room += 1
         kept[key] = raw[key]
         models.add(key[0])

@@ -63,6 +63,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from . import config
 from .errors import ConfigError
+from .yamlsafe import load as load_yaml
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
@@ -453,42 +454,6 @@ def _fake_hash(cost: bytes) -> bytes:
     return _FAKE_HASHES[cost]
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases (``*name``, merge keys included: a few
-    hundred bytes of them expand to a billion strings, the "billion laughs") and no
-    deeper than ``WEB_CONFIG_MAX_DEPTH``: what it builds is at most as big as the file."""
-
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._depth = 0
-
-    def _line(self) -> int:
-        return int(self.peek_event().start_mark.line) + 1  # type: ignore[no-untyped-call]
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            line = self._line()
-            raise yaml.composer.ComposerError(None, None, f"aliases (*name) are refused (line {line})", None)
-        self._depth += 1
-        try:
-            if self._depth > WEB_CONFIG_MAX_DEPTH:
-                line = self._line()
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested deeper than {WEB_CONFIG_MAX_DEPTH} levels (line {line})", None
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def _parse(text: str) -> object:
-    loader = _Loader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
 def load_web_config(path: str, seen: list[str] | None = None) -> WebConfig:
     """The web config in ``path``; ``seen`` gets every file it read or looked for,
     also when it fails (a reload waits for one of them to change)."""
@@ -505,7 +470,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     files.append(str(Path(path)))
     text = _read_capped(key, path)
     try:
-        data = _parse(text.decode("utf-8")) or {}
+        data = load_yaml(text.decode("utf-8"), WEB_CONFIG_MAX_DEPTH) or {}
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         first = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
         raise ConfigError(key, f"cannot read {path}: {first}") from None  # never quote the file: it may hold a key
