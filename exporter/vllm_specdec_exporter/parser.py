@@ -194,7 +194,8 @@ def _check_payload(data: bytes, max_bytes: int) -> None:
     if len(data) > max_bytes:
         raise PayloadTooLarge(len(data), max_bytes)
     # The first bytes after the leading blanks, however many (a payload may start with blank lines).
-    start = _LEADING_BLANKS_RE.match(data).end()
+    blanks = _LEADING_BLANKS_RE.match(data)  # always a match: the empty string is one
+    start = blanks.end() if blanks else 0
     if start == len(data):
         raise NotPrometheusText("empty payload")
     stripped = data[start : start + _SNIFF_BYTES]
