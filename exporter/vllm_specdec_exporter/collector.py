@@ -121,6 +121,7 @@ class SpecDecodeCollector(Collector):
         e_rate = _gauge("engine_acceptance_ratio")
         k = _gauge("num_speculative_tokens")
         baseline = _gauge("baseline_mean_acceptance_length")
+        info = _gauge("model_info")
         # OpenMetrics StateSets: one series per state, the state in a label named after the family.
         health = _stateset("health")
         e_health = _stateset("engine_health")
@@ -134,6 +135,8 @@ class SpecDecodeCollector(Collector):
                 k.add_metric([v.name, mv.model_name], mv.k)
                 if mv.profile is not None:
                     baseline.add_metric([v.name, mv.model_name, mv.profile.name], mv.profile.mean_acceptance_length)
+                profile = mv.profile.name if mv.profile is not None else ""
+                info.add_metric([v.name, mv.model_name, mv.root or "", profile, mv.profile_matched_by], 1.0)
                 health.add_metric([v.name, mv.model_name], {st: st == mv.health for st in config.HEALTH_STATES})
                 for hint in mv.health_causes:
                     diagnosis.add_metric([v.name, mv.model_name, hint.cause], 1.0)
@@ -178,6 +181,7 @@ class SpecDecodeCollector(Collector):
             e_rate,
             k,
             baseline,
+            info,
             health,
             e_health,
             diagnosis,
@@ -199,6 +203,7 @@ class SpecDecodeCollector(Collector):
         forgotten = _counter("exporter_series_forgotten")
         inconsistent = _counter("exporter_inconsistent_polls")
         restarts = _counter("exporter_poll_task_restarts")
+        served_failures = _counter("exporter_served_models_failures")
         suppressed = _counter("exporter_warnings_suppressed")
         target_info = _gauge("target_info")
         for v in views:
@@ -217,6 +222,7 @@ class SpecDecodeCollector(Collector):
             forgotten.add_metric([v.name], v.series_forgotten)
             inconsistent.add_metric([v.name], v.inconsistent_polls)
             restarts.add_metric([v.name], v.poll_task_restarts)
+            served_failures.add_metric([v.name], v.served_models_failures)
             suppressed.add_metric([v.name], v.warnings_suppressed)
             if v.producer:
                 target_info.add_metric([v.name, v.producer, ",".join(v.approximate)], 1.0)
@@ -235,6 +241,7 @@ class SpecDecodeCollector(Collector):
             forgotten,
             inconsistent,
             restarts,
+            served_failures,
             suppressed,
             info,
         )

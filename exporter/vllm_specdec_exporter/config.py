@@ -145,6 +145,12 @@ WARNINGS_REMEMBERED = 1000
 # payload past max_series_per_target x this (the rest could not be held anyway), which
 # bounds a hostile payload's parse time and memory whatever its size (parser.parse).
 MAX_SAMPLES_PER_ENGINE = MAX_K + 8
+# A vLLM target's /v1/models (what each served name serves: health.find_profile) is read
+# on the first poll, after a restart, when a new model name appears, and this often; its
+# answer is capped (a few hundred bytes a model: 64 models fit many times over).
+VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
+SERVED_MODELS_REFRESH_SECONDS = 300.0
+MAX_SERVED_MODELS_BYTES = 1024 * 1024
 # Payloads above this are parsed in a worker process, so /healthz and /metrics keep
 # answering while a 32 MiB payload is read (~0.1 s of C-speed scans and at most the
 # samples above in Python: linear time, parser.py).

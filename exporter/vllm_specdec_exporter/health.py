@@ -24,6 +24,28 @@ def match_profile(profiles: Sequence[BaselineProfile], model_name: str, k: int, 
     return next((p for p in profiles if p.matches(model_name, k, method)), None)
 
 
+# How a model's profile was found (the model_info series' profile_matched_by label).
+MATCHED_BY = ("served_name", "root", "alias", "none")
+
+
+def find_profile(
+    profiles: Sequence[BaselineProfile],
+    aliases: Mapping[str, str],
+    served: str,
+    root: str | None,
+    k: int,
+    method: str | None,
+) -> tuple[BaselineProfile | None, str]:
+    """The profile of a served model and how it was found: by the served name, then by the
+    model it serves (vLLM's /v1/models ``root``: the --model argument, an HF id or a
+    weights path), then by the operator's mapping (baselines.aliases). Served names rarely
+    name the model (``--served-model-name dsv4``); the root usually does."""
+    for how, name in zip(MATCHED_BY, (served, root, aliases.get(served)), strict=False):
+        if name and (profile := match_profile(profiles, name, k, method)) is not None:
+            return profile, how
+    return None, "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     state: str

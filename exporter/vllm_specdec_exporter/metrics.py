@@ -89,6 +89,15 @@ FAMILIES: dict[str, Family] = {
             "Expected mean acceptance length of the matched baseline profile.",
         ),
         Family(
+            "model_info",
+            "gauge",
+            (T, M, "root", "profile", "profile_matched_by"),
+            "What a served model is: its root as vLLM's /v1/models names it (--model, an HF id or a weights path; "
+            "empty when unknown), the baseline profile found for it (empty: none) and how it was found "
+            "(served_name, root, alias or none: no healthy reference, so a head partly broken from the start "
+            "cannot be told from a healthy one). Always 1.",
+        ),
+        Family(
             "health",
             "stateset",
             (T, M),
@@ -169,6 +178,12 @@ FAMILIES: dict[str, Family] = {
         ),
         Family("exporter_poll_task_restarts", "counter", (T,), "Times a target's poll loop failed and was restarted."),
         Family(
+            "exporter_served_models_failures",
+            "counter",
+            (T,),
+            "Reads of a vLLM target's /v1/models that failed (profiles are then matched by the served name alone).",
+        ),
+        Family(
             "exporter_connections_evicted",
             "counter",
             (),
@@ -191,7 +206,7 @@ FAMILIES: dict[str, Family] = {
             "exporter_web_config_reload_failures",
             "counter",
             (),
-            "Web config reloads refused (did not load, or would turn TLS off, drop every user or weaken client checks).",
+            "Web config reloads refused (did not load, or would turn TLS off, drop every user, weaken client checks, lower the TLS version floor, loosen or drop the rate limit, or change the headers).",
         ),
         Family(
             "exporter_build_info",

@@ -26,7 +26,7 @@ from .model import Counters, SeriesKey, series_name
 from .parse_pool import Failure, Read, WorkerError
 from .parser import PayloadTooLarge
 from .settings import Settings, Target
-from .sources import SourceError, credentials, fetch_metrics, redact_url, scrub
+from .sources import MODELS_PATH, SourceError, credentials, fetch_metrics, models_url, read_served_models, redact_url, scrub
 from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows, model_views
 
 log = structlog.get_logger("vllm_specdec_exporter")
@@ -74,6 +74,12 @@ class TargetPoller:
         self._k: dict[str, int] = {}
         self._position0_healthy_at: dict[str, float] = {}  # model -> when its position 0 was last healthy
         self._appeared_logged = 0
+        # What vLLM serves under each served name (/v1/models): read by _read_served_models.
+        self.served: dict[str, str] = {}
+        self._models_url = models_url(target.url)
+        self._served_read_at: float | None = None
+        self._served_asked: set[str] = set()  # the model names /v1/models was read for
+        self._served_due = False  # a restart: read it again on the next poll
         self.view = TargetView(target.name, redact_url(target.url), polls=dict(self._polls))
 
     def _headers(self) -> dict[str, str]:
@@ -116,6 +122,7 @@ class TargetPoller:
                 result, error, generation = got.result, got.error, got.generation
             else:
                 result = "success"
+                await self._read_served_models(got)
         except PayloadTooLarge as e:  # from the response's length, before the payload is read
             result, error = "too_large", str(e)
         except SourceError as e:
@@ -137,6 +144,31 @@ class TargetPoller:
             result = "error"
             self._record_failure(result, self._log_exception(e), duration)
         return result
+
+    async def _read_served_models(self, read: Read) -> None:
+        """What a vLLM target serves under each served name, from its /v1/models: on the first
+        poll, when a model name it was not read for appears, after a restart, and every
+        SERVED_MODELS_REFRESH_SECONDS. Bounded in size and time; a failure keeps the last
+        answer, is counted and warned about once, and never fails the poll."""
+        if self._models_url is None or read.snapshot.producer not in config.VLLM_PRODUCERS:
+            return
+        now, names = self.mono(), {model for model, _ in read.kept}
+        stale = self._served_read_at is None or now - self._served_read_at >= config.SERVED_MODELS_REFRESH_SECONDS
+        if not (stale or self._served_due or names - self._served_asked):
+            return
+        self._served_read_at, self._served_due, self._served_asked = now, False, names
+        try:
+            body = await fetch_metrics(
+                self.session,
+                self._models_url,
+                max_bytes=config.MAX_SERVED_MODELS_BYTES,
+                timeout=self.settings.poll_timeout,
+                headers=self._headers(),
+            )
+            self.served = read_served_models(body)
+        except (SourceError, PayloadTooLarge, ValueError) as e:
+            self.view = replace(self.view, served_models_failures=self.view.served_models_failures + 1)
+            self._warn_once(f"{MODELS_PATH}: {e}; baseline profiles are matched by the served name alone", "served_models_unread")
 
     def _log_exception(self, e: Exception, details: str | None = None) -> str:
         message = f"{type(e).__name__}: {e}"[:500]
@@ -238,6 +270,15 @@ class TargetPoller:
             self._views, raw, self._recent_changes(now, observation, read.kept), set(self._position0_healthy_at)
         )
         self._remember_position0(now, models)
+        for mv in models:
+            if mv.profile is None:
+                root = f" (root {mv.root})" if mv.root and mv.root != mv.model_name else ""
+                self._warn_once(
+                    f"no healthy reference for {mv.model_name}{root} at k={mv.k}: a head that is partly broken from "
+                    "the start cannot be detected until a day of history exists; set baselines.aliases "
+                    "(served name: a model a profile matches) or the chart's profile value",
+                    "no_baseline",
+                )
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)
@@ -263,6 +304,7 @@ class TargetPoller:
             self._warn_once(f"{series_name(key)[:300]}: inconsistent poll, nothing added to the windows: {reason}")
         for key, reason in observation.skipped:
             self._warn_once(f"{series_name(key)[:300]}: {reason}; that series skipped this poll, the counters counted")
+        self._served_due = self._served_due or bool(observation.restarted)
         for key in observation.restarted:
             log.info("counter_reset", target=self.target.name, series=series_name(key)[:300])
         for key in observation.appeared:
@@ -307,10 +349,10 @@ class TargetPoller:
     ) -> tuple[tuple[ModelView, ...], dict[str, float]]:
         """The model views and each window's span, from one reading of the history's windows."""
         windows = history_windows(self.history, self.settings)
-        models = model_views(windows, raw, self.settings, self.target.method, changes, position0_healthy)
+        models = model_views(windows, raw, self.settings, self.target.method, changes, position0_healthy, self.served)
         return models, {label: w.span_seconds for label, w in windows.items()}
 
-    def _warn_once(self, message: str) -> None:
+    def _warn_once(self, message: str, event: str = "target_warning") -> None:
         # Upstream problems are logged when first seen, not on every poll. What is
         # remembered is a digest of the cut message: labels that change on every poll
         # (warnings quote them) cannot grow memory (config.WARNINGS_REMEMBERED).
@@ -330,7 +372,7 @@ class TargetPoller:
             self._warnings_suppressed += 1
             return
         self._seen_warnings.add(digest)
-        log.warning("target_warning", target=self.target.name, warning=message)
+        log.warning(event, target=self.target.name, warning=message)
 
     def next_delay(self) -> float:
         """The poll interval, or exponential backoff with jitter while the target fails."""

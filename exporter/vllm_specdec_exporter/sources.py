@@ -181,3 +181,44 @@ def read_source(
         size = size if size and size > max_bytes else None  # a pipe or a file still growing
         raise PayloadTooLarge(size, max_bytes, "stdin" if source == "-" else source)
     return data
+
+
+# vLLM's OpenAI server names what it serves at /v1/models: each served `id` (the
+# --served-model-name, or the --model argument) and its `root` (the --model argument: an
+# HF id or a weights path). Read from the same base URL as /metrics.
+MODELS_PATH = "/v1/models"
+
+
+def models_url(metrics_url: str) -> str | None:
+    """The /v1/models URL beside a /metrics URL (same scheme, host and credentials; the
+    path's last segment replaced), or None for a file, stdin or a URL that is not http(s)."""
+    if not is_url(metrics_url):
+        return None
+    parts = urlsplit(metrics_url)
+    base = parts.path.rsplit("/", 1)[0]  # /metrics -> '', /vllm/metrics -> /vllm
+    return urlunsplit((parts.scheme, parts.netloc, base + MODELS_PATH, parts.query, ""))
+
+
+def read_served_models(body: bytes) -> dict[str, str]:
+    """Served model id -> root from a /v1/models answer; ValueError, one line, when the
+    answer is not of that shape. Bounded: at most MAX_MODELS_PER_TARGET models, and a
+    name or root over MAX_LABEL_VALUE_LENGTH characters is refused, as a label would be."""
+    import json
+
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list):
+        raise ValueError("no 'data' list of models (is it vLLM's OpenAI server?)")
+    served: dict[str, str] = {}
+    for entry in models[: config.MAX_MODELS_PER_TARGET]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise ValueError("a model without a string 'id'")
+        root = entry.get("root")
+        root = root if isinstance(root, str) else entry["id"]  # an older server: no root
+        if max(len(entry["id"]), len(root)) > config.MAX_LABEL_VALUE_LENGTH:
+            continue
+        served[entry["id"]] = root
+    return served

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import Earlier, Hint, Verdict, judge, match_profile
+from .health import Earlier, Hint, Verdict, find_profile, judge
 from .history import TargetHistory, WindowDelta
 from .model import BaselineProfile, Counters, SeriesKey, series_name
 from .settings import Settings
@@ -46,6 +46,8 @@ class ModelView:
     health_reason: str = ""  # why, in one line (names the engine when one is the cause)
     engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
     health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
+    root: str | None = None  # what vLLM's /v1/models says the served name serves (--model), when known
+    profile_matched_by: str = "none"  # health.MATCHED_BY: served_name, root, alias or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ class TargetView:
     inconsistent_polls: int = 0  # engine polls that were neither consistent nor a restart
     warnings_suppressed: int = 0  # new upstream warnings not logged: WARNINGS_REMEMBERED were
     poll_task_restarts: int = 0
+    served_models_failures: int = 0  # reads of /v1/models that failed
     raw: Mapping[SeriesKey, Counters] = field(default_factory=dict)
     # Spec decode off: only vLLM's generation-token counters, so generating without
     # drafting stays visible (and alertable) through the sidecar alone.
@@ -93,16 +96,20 @@ def model_views(
     method: str | None,
     changes: Mapping[str, Sequence[str]] | None = None,
     position0_healthy: Collection[str] = (),
+    roots: Mapping[str, str] | None = None,
 ) -> tuple[ModelView, ...]:
     """Derived figures per model and window (``history_windows``), summed over
-    engines (sums before ratios)."""
+    engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
+    /v1/models), where known: a profile is looked for under both (health.find_profile)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
     per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
-    profiles = {
-        m: match_profile(settings.baselines, settings.profile_aliases.get(m, m), k, method) for m, k in k_by_model.items()
+    roots = roots or {}
+    found = {
+        m: find_profile(settings.baselines, settings.profile_aliases, m, roots.get(m), k, method) for m, k in k_by_model.items()
     }
+    profiles = {m: profile for m, (profile, _) in found.items()}
     judged: dict[str, Verdict] = {}
     for label, window in windows.items():
         grouped: dict[str, dict[str, Counters]] = {}
@@ -146,6 +153,8 @@ def model_views(
                 verdict.reason,
                 verdict.engines,
                 verdict.causes,
+                roots.get(model),
+                found[model][1],
             )
         )
     return tuple(views)

@@ -259,8 +259,13 @@ async def landing(request: web.Request) -> web.Response:
                 f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
                 f"{settings.detection.degraded_fraction:g} x (baseline - 1))"
                 if mv.profile
-                else "no profile"
+                else "no profile: no healthy reference, so a head partly broken from the start cannot be detected "
+                "until a day of history exists (set baselines.aliases or the chart's profile value)"
             )
+            if mv.profile and mv.profile_matched_by != "served_name":
+                baseline += f", matched by {esc(mv.profile_matched_by.replace('_', ' '))}"
+            if mv.root and mv.root != mv.model_name:
+                baseline += f"; serves {esc(mv.root)} (/v1/models)"
             bars = ""
             if st is not None and st.num_drafts >= settings.min_drafts:
                 for i, fraction in enumerate(st.per_position_acceptance):
