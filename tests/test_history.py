@@ -318,3 +318,16 @@ def test_one_cut_poll_does_not_evict_held_engines_for_the_new_engines_in_it():
     # the one unseen the longest first.
     kept, refused, forget = h.admit({real[0]: c(30), **hostile}, cap=cap, max_models=64)
     assert sorted(forget) == real[1:] and len(kept) == cap and refused == 10 - (cap - 1)
+
+
+def test_engines_all_relabelled_at_the_cap_take_over_on_the_second_poll_not_after_forget_after():
+    """The cut-poll rule (a held engine gives up its place only when missing from two polls
+    in a row) must not stall a whole relabel: every held engine missing, twice, is replaced."""
+    h = TargetHistory([("1m", 60.0)], 3600.0)
+    old, new = [("m", str(i)) for i in range(3)], [("n", str(i)) for i in range(3)]
+    h.observe(0.0, {k: c(10) for k in old})
+    kept, refused, forget = h.admit({k: c(1) for k in new}, cap=3, max_models=64)
+    assert (kept, refused, forget) == ({}, 3, [])  # one odd poll changes nothing
+    h.observe(5.0, {})
+    kept, refused, forget = h.admit({k: c(1) for k in new}, cap=3, max_models=64)
+    assert sorted(kept) == new and refused == 0 and sorted(forget) == old  # the second in a row does

@@ -114,8 +114,9 @@ MAX_K = 64
 # such values could overflow to +Inf: a series above it is refused as not a counter.
 MAX_COUNTER_VALUE = float(2**53)
 # Model/engine series held per target (per poll and in the windows). The engine
-# unseen the longest is forgotten to make room for a new one; if every held engine
-# is still served, the new one is refused. Both are counted and warned about once.
+# unseen the longest, among those missing from two polls in a row, is forgotten to
+# make room for a new one; if there is none, the new one is refused (history.admit).
+# Both are counted and warned about once.
 DEFAULT_MAX_SERIES_PER_TARGET = 512
 # ... and over all targets together: each target holds at most this / targets.
 MAX_SERIES_TOTAL = 4096

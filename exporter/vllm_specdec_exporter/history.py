@@ -181,13 +181,17 @@ class TargetHistory:
         """When each held engine was last seen (for ``admit``)."""
         return {k: e.seen for k, e in self._engines.items()}
 
+    def last_poll(self) -> float | None:
+        """When the last poll was read (for ``admit``), or None before the first."""
+        return None if self.latest is None else self.latest.t
+
     def admit(
         self,
         raw: Mapping[SeriesKey, Counters],
         cap: int,
         max_models: int,
     ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
-        return admit(raw, self.seen(), cap, max_models)
+        return admit(raw, self.seen(), cap, max_models, self.last_poll())
 
     def observe(self, t: float, raw: Mapping[SeriesKey, Counters], forget: Sequence[SeriesKey] = ()) -> Observation:
         first_poll = self.latest is None
@@ -299,8 +303,10 @@ def admit(
     held: Mapping[SeriesKey, float],
     cap: int,
     max_models: int,
+    last_poll: float | None = None,
 ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
     """Which of a poll's engines may be held: (kept, refused count, engines to forget).
+    ``last_poll``: when the last poll was read (default: the latest time in ``held``).
 
     ``held`` maps each engine held to when it was last seen. Engines already held come
     first; a new one takes the place of the held engine unseen the longest among those
@@ -313,12 +319,11 @@ def admit(
     refused = sum(1 for k in raw if k in held) - len(kept)
     models = {m for m, _ in kept}
     # A held engine missing from this poll gives up its place only if it was also missing
-    # from the last poll that saw any held engine (it was last seen before the latest time
-    # in ``held``): one cut poll (a truncated payload, with new engines in it) evicted a
+    # from the last poll (it was last seen before ``last_poll``): one cut poll (a truncated payload, with new engines in it) evicted a
     # healthy target's engines for good (issue 29 item 8). As for a counter, one odd poll
     # changes nothing and a second in a row does. Until then new engines are refused; an
     # engine missing from every poll is forgotten after forget_after (TargetHistory.observe).
-    latest = max(held.values(), default=0.0)
+    latest = max(held.values(), default=0.0) if last_poll is None else last_poll
     absent = [k for k in held if k not in raw]
     replaceable = sorted((k for k in absent if held[k] < latest), key=lambda k: held[k], reverse=True)
     room = cap - len(kept) - len(absent)

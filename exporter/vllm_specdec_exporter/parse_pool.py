@@ -61,12 +61,18 @@ class WorkerError(Exception):
 
 
 async def read(
-    target: str, body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+    target: str,
+    body: bytes,
+    max_bytes: int,
+    producer: str | None,
+    held: Mapping[SeriesKey, float],
+    max_series: int,
+    last_poll: float | None = None,
 ) -> Read | Failure:
     """``read_payload`` for the named target, in a parsing process for a big payload (in the
     lane its own cost picks: ``_heavy``). Raises ``WorkerError`` on an unexpected exception
     in the parse, or when the parsing process died or took too long."""
-    args = (target, body, max_bytes, producer, held, max_series)
+    args = (target, body, max_bytes, producer, held, max_series, last_poll)
     if len(body) <= config.PARSE_IN_WORKER_BYTES:
         got = read_payload(*args)
     else:
@@ -90,7 +96,13 @@ def _cache(target: str) -> SeriesCache:
 
 
 def read_payload(
-    target: str, body: bytes, max_bytes: int, producer: str | None, held: Mapping[SeriesKey, float], max_series: int
+    target: str,
+    body: bytes,
+    max_bytes: int,
+    producer: str | None,
+    held: Mapping[SeriesKey, float],
+    max_series: int,
+    last_poll: float | None = None,
 ) -> Read | Failure | WorkerError:
     """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
     process for big payloads, so what it hands back is small (at most ``max_series``
@@ -106,7 +118,7 @@ def read_payload(
         )
     except Exception as e:
         return WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
-    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET)
+    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET, last_poll)
     # What crosses back is small: warnings quote labels, so each is cut (twice the logged length: scrubbed then cut).
     cut = 2 * config.MAX_WARNING_CHARS
     small = replace(snapshot, engines={}, warnings=tuple(w[:cut] for w in snapshot.warnings[:200]))

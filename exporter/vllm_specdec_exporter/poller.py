@@ -117,6 +117,7 @@ class TargetPoller:
                 self.target.producer,
                 self.history.seen(),
                 self.max_series,
+                self.history.last_poll(),
             )
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation

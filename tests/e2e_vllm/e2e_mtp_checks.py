@@ -162,6 +162,10 @@ def test_healthy_head_pages_nobody_and_matches_vllms_log(incident):
         assert inc.health() == "ok", inc.health()
         time.sleep(1)
     assert inc.causes() == set()
+    # The served name matches no sidecar profile: the profile came from vLLM's /v1/models root.
+    got = inc.model_info()
+    assert got is not None and got["profile_matched_by"] == "root", got
+    assert got["root"] == str(phase.server.target) and got["profile"] == "tiny-mtp-root-k2", got
     assert firing(inc, "sidecar") == [] and firing(inc, "direct") == [], (firing(inc, "sidecar"), firing(inc, "direct"))
     oracle(inc, phase)
     pos = phase.figures["vllm_log"]["per_position"]

@@ -41,6 +41,11 @@ MTP_FLAGS = ("--dtype", "float32", "--attention-backend", "CPU_MLA",
 PROFILE_AL = 2.5
 PROFILES = [{"name": f"tiny-mtp-k{k}", "model": f"^{re.escape(MTP_NAME)}$", "k": k, "method": "mtp",
              "mean_acceptance_length": PROFILE_AL} for k in (2, 4)]
+# The sidecar's profiles match the checkpoint (vLLM's --model, read back from /v1/models'
+# root), never the served name: the served name matches no profile, as in production
+# (issue 30), and the sidecar must find the profile by what the server loaded. The
+# vllm-direct rules, which have no /v1/models, keep the served-name profiles above.
+SIDECAR_PROFILES = [{**p, "name": f"tiny-mtp-root-k{p['k']}", "model": r"/mtp-[0-9a-f]{12}/[a-z_]+$"} for p in PROFILES]
 SIDECAR_WINDOWS = ["8s", "20s", "1m"]  # 8s: the health window (5m shortened); 20s: the demo view's
 
 
@@ -167,7 +172,7 @@ class Incident:
                   "web": {"listen_address": "127.0.0.1:0"},
                   "poll": {"interval": "500ms", "timeout": "5s", "max_backoff": "1s"},
                   "windows": SIDECAR_WINDOWS, "health": {"window": health_window}, "min_drafts": 10,
-                  "baselines": {"profiles": PROFILES}}
+                  "baselines": {"profiles": SIDECAR_PROFILES}}
         self.sidecar = Sidecar(self.cli, scratch, "exporter-mtp", self.forwarder.url, config)
         self.es.callback(self.sidecar.stop)
         profiles = [BaselineProfile(p["name"], re.compile(p["model"]), p["k"], p["mean_acceptance_length"], p["method"])
@@ -208,6 +213,11 @@ class Incident:
     def health(self) -> str | None:
         states = pick(self.sidecar.metrics(), "vllm_specdec_health", target=TARGET, model_name=MTP_NAME)
         return next((dict(k)["vllm_specdec_health"] for k, v in states.items() if v == 1.0), None)
+
+    def model_info(self) -> dict[str, str] | None:
+        """The labels of the sidecar's model_info for the served model (what /v1/models said)."""
+        found = pick(self.sidecar.metrics(), "vllm_specdec_model_info", target=TARGET, model_name=MTP_NAME)
+        return dict(next(iter(found))) if found else None
 
     def causes(self) -> set[str]:
         return {dict(k)["cause"] for k in pick(self.sidecar.metrics(), "vllm_specdec_diagnosis_info", target=TARGET)}
