@@ -229,7 +229,7 @@ def healthy_beside_hostile(seconds: float = 60.0, hostile: int = 5) -> dict:
             u.close()
 
 
-def the_attack(seconds: float = 40.0) -> dict:
+def the_attack(seconds: float = 40.0, small_targets: int = 3, big_targets: int = 1) -> dict:
     """Issue 29's attack: three targets serving 3.9 MiB and one 31.9 MiB of spec-decode lines
     beside a healthy one (1 s polls), /healthz probed all along: the healthy target's polls,
     the slowest /healthz, and the sum of every process's peak memory (the pod's)."""
@@ -242,11 +242,12 @@ def the_attack(seconds: float = 40.0) -> dict:
         # ~0.4 MB like vLLM's TP=8/DP=8 payload: parsed in a process, as a real server's is
         return (body + "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}"}} {i}\n' for i in range(7000))).encode()
 
-    ups = [Upstream(healthy)] + [Upstream(lambda n: small) for _ in range(3)] + [Upstream(lambda n: big)]
+    ups = [Upstream(healthy)] + [Upstream(lambda n: small) for _ in range(small_targets)]
+    ups += [Upstream(lambda n: big) for _ in range(big_targets)]
     targets = "".join(f"  - {{name: t{i}, url: '{u.url}'}}\n" for i, u in enumerate(ups))
     serve = Serve(f"targets:\n{targets}poll: {{interval: 1s, timeout: 4s}}\n")
     try:
-        while sum(u.requests for u in ups[1:]) < 8:
+        while sum(u.requests for u in ups[1:]) < 2 * (len(ups) - 1):
             time.sleep(0.2)
         start, latencies = time.monotonic(), []
         while time.monotonic() < start + seconds:
@@ -285,6 +286,11 @@ def main() -> int:
     print(f"attack_healthz_worst_ms: {r['healthz_worst_ms']:.0f}  ({r['probes']} probes)")
     print(
         f"attack_pod_peak_mb: {sum(r['peaks_mb']):.0f}  (main {r['peaks_mb'][0]:.0f}, "
+        f"children {', '.join(f'{m:.0f}' for m in r['peaks_mb'][1:])})"
+    )
+    r = the_attack(20.0, small_targets=0)
+    print(
+        f"one_31_9_mib_target_pod_peak_mb: {sum(r['peaks_mb']):.0f}  (main {r['peaks_mb'][0]:.0f}, "
         f"children {', '.join(f'{m:.0f}' for m in r['peaks_mb'][1:])})"
     )
     for mib in (8, 16, 32):
