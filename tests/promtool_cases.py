@@ -744,12 +744,38 @@ def position0_fall_group(v: str) -> dict:
     ])
 
 
+def no_baseline_group() -> dict:
+    """Issue 30: a served name no profile matches, whose /v1/models root matches none either
+    (model_info profile_matched_by="none"), drafting: said after 30m, as info. Beside it the
+    same name whose root matched a profile, and an unmatched one with no traffic: quiet."""
+    s = []
+    for pod, matched_by, traffic in (("nobase", "none", FLASH_HEALTHY), ("rooted", "root", FLASH_HEALTHY),
+                                     ("nobase-idle", "none", IDLE_BROKEN)):
+        s += deployment("sidecar", pod, SERVED, [(traffic, 90)])
+        info = {"namespace": NS, "pod": pod, "model_name": SERVED, "job": "vllm-specdec-exporter", "target": "vllm",
+                "root": f"/weights/{pod}", "profile": "" if matched_by == "none" else "deepseek-v4-pro-mtp-k2",
+                "profile_matched_by": matched_by}
+        s.append(gauge("vllm_specdec_model_info", info, "1x90"))
+    name = "VLLMSpecDecodeNoBaseline"
+    said = alert(name, "info", pod_labels("nobase", SERVED),
+                 "A model drafts with no baseline profile: a head partly broken from the start goes unseen.",
+                 f"{SERVED} on {NS}/nobase drafts with no baseline profile: none matches its served name, the model "
+                 "vLLM's /v1/models names as its root, or an alias. A head that is partly broken from the start "
+                 "cannot be detected until a day of history exists; set baselines.aliases (served name: a model a "
+                 "profile matches) or a profile of its own (vllm_specdec_model_info shows the root).")
+    return group("no baseline profile for a drafting model (sidecar)", s, [
+        check("30m", name, []),  # pending (for: 30m)
+        check("40m", name, [said]),
+        check("80m", name, [said]),
+    ])
+
+
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), position0_fall_group(variant), fleet_group(variant), dropped_group(variant),
               not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
               fast_collapse_group(variant), request_extremes_group(variant)]
-    groups += [sidecar_only_group()] if variant == "sidecar" else [direct_invariant_group()]
+    groups += [sidecar_only_group(), no_baseline_group()] if variant == "sidecar" else [direct_invariant_group()]
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}
 

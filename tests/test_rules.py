@@ -24,11 +24,12 @@ ALERT_NAMES = [
     "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed",
     "VLLMSpecDecodeEngineLagging", "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
     "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeTargetInconsistent",
-    "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated",
+    "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated", "VLLMSpecDecodeNoBaseline",
     "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
     "VLLMSpecDecodeRequestAcceptanceExtreme",
 ]
-SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeTargetInconsistent"}
+SIDECAR_ONLY = {"VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeTargetInconsistent",
+                "VLLMSpecDecodeNoBaseline"}
 
 
 def alerts_in(path: Path) -> dict[str, dict]:

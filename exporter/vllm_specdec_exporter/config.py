@@ -367,6 +367,11 @@ ALERT_WASTED_FOR = "30m"
 ALERT_HIGH_ACCEPTANCE_RATE = DIAG_TOO_GOOD_ACCEPTANCE
 ALERT_HIGH_FOR = "5m"
 ALERT_INVARIANT_FOR = "0m"
+# No baseline (info, sidecar): a model drafting with no profile found by its served name,
+# its /v1/models root or an alias. Not a fault but a blind spot: a head partly broken from
+# the start reads as healthy until a day of history exists. Said once it has lasted
+# through a deployment's first half hour, so a profile set right after it stays silent.
+ALERT_NO_BASELINE_FOR = "30m"
 # Per-request extremes (info; vLLM PR #44487's histogram): more than this share of the
 # requests finished over the window at or below REQUEST_ACCEPTANCE_LOW, or above
 # REQUEST_ACCEPTANCE_HIGH, with at least this many finished. Not yet calibrated on real

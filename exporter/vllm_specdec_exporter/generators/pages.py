@@ -138,6 +138,12 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
     ),
     "ExporterAbsent": ("no `{family:exporter_build_info}` for 10m", "the exporter not scraped", "", "15 min"),
     "CounterInvariantViolated": ("invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
+    "NoBaseline": (
+        "a model drafts with no profile found by its served name, its /v1/models root or an alias (sidecar)",
+        "a deployment whose head may be partly broken from the start with nothing to compare it with",
+        "not a fault but a blind spot: said after 30m, so a profile set right after a deployment stays silent",
+        "31 min from the first drafts (promtool)",
+    ),
     "SpeculativeTokensWasted": (
         "last position accepted in < 5 % of drafts over 1h, with traffic",
         "a k larger than the draft can use",

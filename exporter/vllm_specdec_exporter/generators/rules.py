@@ -626,6 +626,17 @@ def _invariant(x: X) -> tuple[str, str]:
     )
 
 
+def _no_baseline(x: X) -> tuple[str, str]:
+    info, unmatched = m.name("model_info"), 'profile_matched_by="none"'
+    return (
+        f"max by ({by(x.lv[c.ALERT_LEVEL])}) ({info}{_sel(x.o, unmatched)})\nand {x.on} {x.d5} > {x.floor}",
+        f"{x.where} drafts with no baseline profile: none matches its served name, the model vLLM's /v1/models "
+        f"names as its root, or an alias. A head that is partly broken from the start cannot be detected until a "
+        f"day of history exists; set baselines.aliases (served name: a model a profile matches) or a profile of "
+        f"its own ({info} shows the root).",
+    )
+
+
 def _wasted(x: X) -> tuple[str, str]:
     hw = x.o.hourly_window
     pos1h = name(c.ALERT_LEVEL, "position_acceptance_ratio", f"ratio_rate{hw}")
@@ -827,6 +838,15 @@ ALERTS: tuple[Alert, ...] = (
         "vLLM's speculative-decoding counters break their own invariants.",
         _invariant,
         slow=True,
+    ),
+    Alert(
+        "VLLMSpecDecodeNoBaseline",
+        "info",
+        c.ALERT_NO_BASELINE_FOR,
+        ("min_drafts_per_second",),
+        "A model drafts with no baseline profile: a head partly broken from the start goes unseen.",
+        _no_baseline,
+        sidecar_only=True,
     ),
     Alert(
         "VLLMSpecDecodeSpeculativeTokensWasted",
