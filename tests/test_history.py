@@ -331,3 +331,17 @@ def test_engines_all_relabelled_at_the_cap_take_over_on_the_second_poll_not_afte
     h.observe(5.0, {})
     kept, refused, forget = h.admit({k: c(1) for k in new}, cap=3, max_models=64)
     assert sorted(kept) == new and refused == 0 and sorted(forget) == old  # the second in a row does
+
+
+def test_a_restart_known_from_the_start_time_counts_from_it_at_once():
+    """Issue 31: counters grown past the last poll, from a process started since (vLLM's
+    _created): the whole new count is the increment, on that poll; no glitch, no wait."""
+    h = TargetHistory([("1m", 60.0)], 3600.0)
+    key = ("m", "0")
+    h.observe(0.0, {key: replace(c(1000), started=1.7e9)})
+    h.observe(5.0, {key: replace(c(1100), started=1.7e9)})
+    got = h.observe(10.0, {key: replace(c(1500), started=1.7e9 + 8)})
+    assert list(got.restarted) == [key] and not got.inconsistent
+    assert got.increments[key].drafts == 1500  # not 400
+    got = h.observe(15.0, {key: replace(c(1200), started=1.7e9)})  # the old process answers again
+    assert got.increments == {} and got.inconsistent[0][1].startswith("an engine that started earlier")

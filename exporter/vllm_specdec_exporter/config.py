@@ -16,6 +16,10 @@ VLLM_V1_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_V1_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_V1_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_V1_GENERATION_TOKENS = "vllm:generation_tokens_total"
+# When an engine's counters started (unix seconds): the drafts counter's _created twin. A new
+# value is a restart, known rather than guessed from counters going down; absent in vLLM's
+# multiprocess mode (more than one API server), where the counters alone tell.
+VLLM_V1_DRAFTS_CREATED = "vllm:spec_decode_num_drafts_created"
 # Per-request acceptance histogram (open vLLM PR #44487; optional: absent changes nothing).
 VLLM_V1_REQUEST_ACCEPTANCE = "vllm:request_spec_decode_acceptance_rate"
 # The same histogram under the name in the vLLM change's own code (a reviewer proposed the

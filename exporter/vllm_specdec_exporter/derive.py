@@ -40,6 +40,7 @@ def align_k(before: Counters, after: Counters) -> Counters:
 
 
 RESTART = "restart"
+STARTED_AGAIN = "started again"  # a restart known from the engine's start time (_created), not inferred
 CONSISTENT = "consistent"
 
 
@@ -50,13 +51,24 @@ def _series(c: Counters) -> list[float]:
 def classify(base: Counters, now: Counters, seconds: float) -> str:
     """CONSISTENT, RESTART, or why the pair is inconsistent (a fixed phrase): the one reading
     of two samples of an engine, for the sidecar's polls (history.py) and diff's dumps
-    (``seconds`` infinite when unknown). README "A glitch is not a restart"."""
+    (``seconds`` infinite when unknown). README "A glitch is not a restart".
+
+    Where both readings carry the engine's start time (vLLM's _created), it decides: a later
+    one is a restart (STARTED_AGAIN) whatever the counters did, even when they grew past the
+    last reading; an earlier one is another, older server; the same one with counters gone
+    down is a glitch. Without it, the counters alone tell, as before."""
+    if base.started is not None and now.started is not None and base.started != now.started:
+        if now.started > base.started:
+            return STARTED_AGAIN
+        return "an engine that started earlier answers (two servers behind one URL?)"
     base = align_k(base, now)
     # A total at 0 (a head that never accepted) cannot go down: it does not vote against a restart.
     totals_down = (
         now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and (now.accepted < base.accepted or base.accepted == 0)
     )
     if totals_down:
+        if base.started is not None and base.started == now.started:
+            return "counters went down, but the engine did not restart (its _created is unchanged)"
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"
         return RESTART
@@ -172,16 +184,32 @@ def delta_engines(
         verdict = classify(prev, now, math.inf if seconds is None else seconds)
         if verdict == CONSISTENT:
             counters[key] = delta(prev, now)[0]
-        elif verdict == RESTART:
+        elif verdict in (RESTART, STARTED_AGAIN):
             counters[key] = now
             restarted.append(key)
-            warnings.append(f"{describe(key)}: counters went down (restart); counted from zero")
+            changed_k = f", k {prev.k} -> {now.k}" if prev.k != now.k else ""
+            if verdict == RESTART:
+                warnings.append(f"{describe(key)}: counters went down (restart{changed_k}); counted from zero")
+            else:
+                warnings.append(
+                    f"{describe(key)}: restarted between the scrapes (its counters started again at "
+                    f"{_utc(now.started)}{changed_k}); counted from the restart"
+                )
         else:
             refused.append((key, verdict))
             warnings.append(f"{describe(key)}: not an interval ({verdict}); left out")
     for key in (k for k in before if k not in after):  # in the dump's order: the same output every run
         warnings.append(f"{describe(key)}: in the first scrape only; left out")
     return EngineDeltas(counters, tuple(restarted), tuple(warnings), tuple(refused))
+
+
+def _utc(started: float | None) -> str:
+    """A start time (vLLM's _created) as UTC, to the second."""
+    import datetime
+
+    if started is None or not math.isfinite(started) or not 0 <= started < 1e11:
+        return "an unknown time"
+    return datetime.datetime.fromtimestamp(started, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def sum_counters(items: Iterable[Counters]) -> Counters:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 
 from . import config
-from .derive import CONSISTENT, RESTART, align_k, classify, delta, sum_counters
+from .derive import CONSISTENT, RESTART, STARTED_AGAIN, align_k, classify, delta, sum_counters
 from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
@@ -224,6 +224,13 @@ class TargetHistory:
                 if pending is not None and kind == RESTART:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
                 self._add(e, key, delta(e.base, now)[0], increments)
+                e.base, e.base_t = now, t
+            elif verdict == STARTED_AGAIN:
+                # Known from the engine's start time (vLLM's _created), even when its counters grew
+                # past the last reading: everything counted since it is new, at once.
+                confirmed = True
+                restarted.append(key)
+                self._add(e, key, now, increments)
                 e.base, e.base_t = now, t
             elif pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT:
                 # The restart is confirmed: everything counted since it is new.

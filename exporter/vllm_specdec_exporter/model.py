@@ -36,6 +36,9 @@ class Counters:
     generation_tokens: float | None = None
     # Only when the producer exposes it (vLLM with PR #44487); None otherwise.
     request_acceptance: RequestHistogram | None = None
+    # Cumulative counters only: when the engine's counters started (unix seconds, vLLM's
+    # _created), where exposed; None for deltas and sums, and in multiprocess mode.
+    started: float | None = None
 
     @property
     def k(self) -> int:

@@ -77,6 +77,7 @@ class VllmV1Adapter:
     spec_families = (*_TOTALS, config.VLLM_V1_ACCEPTED_PER_POS)
     families = (
         *spec_families,
+        config.VLLM_V1_DRAFTS_CREATED,
         config.VLLM_V1_GENERATION_TOKENS,
         *(n + suffix for n in config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES for suffix in ("_bucket", "_count")),
     )
@@ -112,6 +113,7 @@ class VllmV1Adapter:
             per_key[int(raw)] = s.value
 
         histograms, histogram_family = _histograms(exp, warnings)
+        started = _collect(exp.samples.get(config.VLLM_V1_DRAFTS_CREATED, ()), warnings)
         # vLLM creates all k position series at start-up; the lazy Rust frontend
         # creates them on first acceptance. Either way, once the family exists an
         # engine without it was cut off (truncated or partial scrape).
@@ -138,6 +140,7 @@ class VllmV1Adapter:
                 per_position=tuple(pos[i] for i in range(len(pos))),
                 generation_tokens=generation.get(key),
                 request_acceptance=histograms.get(key),
+                started=started.get(key),
             )
         return Snapshot(
             producer=self.name,
