@@ -108,8 +108,10 @@ def load_records(path: Path) -> tuple[list[Record], list[str]]:
     return records, left_out
 
 
-def render_dump(c: dict, engine: str = "0") -> bytes:
-    """A vLLM V1 single-API-server /metrics payload (with _created) for these counters."""
+def render_dump(c: dict, engine: str = "0", started: float = 1.7959717480831244e09) -> bytes:
+    """A vLLM V1 single-API-server /metrics payload (with _created) for these counters. The
+    ``_created`` samples are set to ``started``, as one vLLM process serves them on every
+    scrape (prometheus_client would stamp each rendering's own creation time: a restart)."""
     reg = CollectorRegistry()
     labels = ["engine", "model_name"]
     vals = {
@@ -122,4 +124,8 @@ def render_dump(c: dict, engine: str = "0") -> bytes:
     per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "per pos", [*labels, "position"], registry=reg)
     for i, v in enumerate(c["per_pos"]):
         per_pos.labels(engine, MODEL, str(i)).inc(v)
-    return generate_latest(reg)
+    lines = generate_latest(reg).decode().splitlines()
+    return "".join(
+        (line.rsplit(" ", 1)[0] + f" {started!r}" if "_created{" in line and not line.startswith("#") else line) + "\n"
+        for line in lines
+    ).encode()

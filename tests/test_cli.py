@@ -68,7 +68,7 @@ def test_diff_of_two_files_reproduces_the_broken_v4_pro_case(tmp_path):
 
 def test_diff_across_a_restart_counts_from_zero(tmp_path):
     (tmp_path / "a").write_bytes(render_dump(AFTER))
-    (tmp_path / "b").write_bytes(render_dump(BEFORE))  # counters went down
+    (tmp_path / "b").write_bytes(render_dump(BEFORE, started=1.7959717480831244e09 + 600))  # a new process: counters went down
     out = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json").stdout)
     assert out["models"][MODEL]["all"]["num_drafts"] == BEFORE["drafts"]
     assert any("restart" in w for w in out["warnings"])

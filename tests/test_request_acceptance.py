@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import replace
 
 import aiohttp
 import pytest
@@ -114,9 +115,10 @@ def test_the_window_carries_bucket_deltas_and_a_restart_counts_from_zero():
     w = h.window("1m")
     assert w.engines[(MODEL, "0")].request_acceptance == RequestHistogram(
         EDGES, (3, 5, 6, 7, 8, 9, 11, 13, 16, 19, 21, 23, 24, 30), 30)
-    # Engine 0 restarts: its counters (histogram included) go back to the 'before' values.
-    restarted = {**after, (MODEL, "0"): before[(MODEL, "0")]}
-    assert h.observe(20.0, restarted).restarted == ()  # a restart waits for confirmation
+    # Engine 0 restarts: its counters (histogram included) go back to the 'before' values. Without
+    # _created (multiprocess mode) the restart waits for the next poll to confirm it.
+    restarted = {**after, (MODEL, "0"): replace(before[(MODEL, "0")], started=None)}
+    assert h.observe(20.0, restarted).restarted == ()
     obs = h.observe(30.0, restarted)
     assert obs.restarted == ((MODEL, "0"),)
     assert obs.increments[(MODEL, "0")].request_acceptance == before[(MODEL, "0")].request_acceptance

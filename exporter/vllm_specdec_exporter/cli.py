@@ -181,7 +181,8 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''})"
         )
     warnings = [*before.warnings, *after.warnings, *deltas.warnings]
-    if shared and set(deltas.restarted) == shared:
+    # Only where the counters alone said it: a restart known from _created is one, never a swap.
+    if shared and set(deltas.restarted) == shared and all(after.engines[k].started is None for k in shared):
         # Every engine went down at once: likelier the dumps in the wrong order than N restarts. One line.
         went_down = tuple(f"{series_name(key)}: counters went down" for key in shared)
         warnings = [w for w in warnings if not w.startswith(went_down)]

@@ -68,7 +68,7 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
     )
     if totals_down:
         if base.started is not None and base.started == now.started:
-            return "counters went down, but the engine did not restart (its _created is unchanged)"
+            return "counters went down, but the engine did not restart (its _created is unchanged): swapped dumps, or a glitch"
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"
         return RESTART
