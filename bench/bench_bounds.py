@@ -178,7 +178,8 @@ def worker_peak_mb(size: int) -> tuple[float, float]:
     async def go() -> tuple[int, float]:
         started = time.perf_counter()
         big = len(body) > config.PARSE_BIG_BYTES
-        await parse_pool._in_worker(big, "bench", parse_pool.read_payload, "bench", body, 32 * 1024 * 1024, None, {}, 512)
+        payload = parse_pool.Payload("bench", body, 32 * 1024 * 1024, None, {}, 512)
+        await parse_pool._in_worker(big, "bench", parse_pool.read_payload, payload)
         pid = next(iter(parse_pool._pool(big)._processes))
         took = time.perf_counter() - started
         return pid, took

@@ -8,6 +8,7 @@ in all against the chart's 512Mi. The real `serve` process."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import subprocess
 import sys
@@ -44,55 +45,64 @@ def peak_mib(pid: int | str) -> float:
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
 
 
+@contextlib.contextmanager
+def serving(servers: list[LoopbackServer], poll: str):
+    """The stand-ins on loopback and the real `serve` polling each as target t<i>: (process, port)."""
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            stack.enter_context(server)
+        cfg = stack.enter_context(tempfile.NamedTemporaryFile("w", suffix=".yaml"))
+        cfg.write("targets:\n" + "".join(f"  - {{name: t{i}, url: '{s.url}'}}\n" for i, s in enumerate(servers))
+                  + f"poll: {poll}\nstaleness: 10s\n")
+        cfg.flush()
+        proc, port = start_serve("--config.file", cfg.name)
+        try:
+            yield proc, port
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def probe_healthz(port: int, seconds: float, pause: float) -> list[float]:
+    """/healthz latencies over ``seconds``, every one answered 200."""
+    start, probes = time.monotonic(), []
+    while time.monotonic() < start + seconds:
+        t0 = time.monotonic()
+        assert get(port, "/healthz", timeout=30)[0] == 200
+        probes.append(time.monotonic() - t0)
+        time.sleep(pause)
+    return probes
+
+
 @pytest.mark.timeout(600)
 def test_a_healthy_target_keeps_its_polls_and_the_pod_its_memory_beside_hostile_ones():
     small, big = biggest_payload(int(3.9 * 1024 * 1024)), biggest_payload(int(31.9 * 1024 * 1024))
     assert len(healthy_payload(0)) > 256 * 1024
-    servers = ([LoopbackServer(healthy_payload)] + [LoopbackServer(lambda n: prom(small)) for _ in range(3)]
-               + [LoopbackServer(lambda n: prom(big))])
     seen: list[float] = []
-    healthy = servers[0]
-    healthy.handler = lambda n: (seen.append(time.monotonic()), prom(healthy_payload(n)))[1]
-    for server in servers:
-        server.__enter__()
-    try:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg:
-            cfg.write("targets:\n" + "".join(f"  - {{name: t{i}, url: '{s.url}'}}\n" for i, s in enumerate(servers))
-                      + "poll: {interval: 1s, timeout: 4s}\nstaleness: 10s\n")
-            cfg.flush()
-            proc, port = start_serve("--config.file", cfg.name)
-            try:
-                deadline = time.monotonic() + 120
-                while sum(s.requests for s in servers[1:]) < 8 and time.monotonic() < deadline:
-                    time.sleep(0.5)  # every hostile target fetched and parsed at least once
-                start, probes = time.monotonic(), []
-                while time.monotonic() < start + 30:
-                    t0 = time.monotonic()
-                    assert get(port, "/healthz", timeout=30)[0] == 200
-                    probes.append(time.monotonic() - t0)
-                    time.sleep(0.2)
-                window = [t for t in seen if start <= t <= start + 30]
-                gaps = [b - a for a, b in itertools.pairwise(window)]
-                on_time = sum(g <= 1.5 for g in gaps) / max(len(gaps), 1)
-                text = get(port, "/metrics", timeout=30)[1].decode()
-                up = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                      if line.startswith("vllm_specdec_up{")}
-                children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-                peaks = [peak_mib(proc.pid), *(peak_mib(c) for c in children)]
-                print(f"healthy target beside 3 x 3.9 MiB and 1 x 31.9 MiB: {len(window)} polls in 30 s, "
-                      f"{100 * on_time:.0f} % within 1.5 s; /healthz worst {1000 * max(probes):.0f} ms; "
-                      f"peak memory {sum(peaks):.0f} MiB ({', '.join(f'{m:.0f}' for m in peaks)})")
-                assert up["t0"] == 1
-                assert len(window) >= 25 and on_time >= 0.9, gaps  # a 1 s interval: ~30 polls
-                assert max(probes) < 1.0, probes
-                assert sum(peaks) < 512, peaks  # every process of the pod, against the chart's 512Mi
-                assert 'vllm_specdec_mean_acceptance_length{model_name="m",target="t0",window="1m"}' in text  # fresh
-            finally:
-                proc.kill()
-                proc.wait()
-    finally:
-        for server in servers:
-            server.__exit__(None, None, None)
+    servers = ([LoopbackServer(lambda n: (seen.append(time.monotonic()), prom(healthy_payload(n)))[1])]
+               + [LoopbackServer(lambda n: prom(small)) for _ in range(3)] + [LoopbackServer(lambda n: prom(big))])
+    with serving(servers, "{interval: 1s, timeout: 4s}") as (proc, port):
+        deadline = time.monotonic() + 120
+        while sum(s.requests for s in servers[1:]) < 8 and time.monotonic() < deadline:
+            time.sleep(0.5)  # every hostile target fetched and parsed at least once
+        start = time.monotonic()
+        probes = probe_healthz(port, 30, 0.2)
+        window = [t for t in seen if start <= t <= start + 30]
+        gaps = [b - a for a, b in itertools.pairwise(window)]
+        on_time = sum(g <= 1.5 for g in gaps) / max(len(gaps), 1)
+        text = get(port, "/metrics", timeout=30)[1].decode()
+        up = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("vllm_specdec_up{")}
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        peaks = [peak_mib(proc.pid), *(peak_mib(c) for c in children)]
+    print(f"healthy target beside 3 x 3.9 MiB and 1 x 31.9 MiB: {len(window)} polls in 30 s, "
+          f"{100 * on_time:.0f} % within 1.5 s; /healthz worst {1000 * max(probes):.0f} ms; "
+          f"peak memory {sum(peaks):.0f} MiB ({', '.join(f'{m:.0f}' for m in peaks)})")
+    assert up["t0"] == 1
+    assert len(window) >= 25 and on_time >= 0.9, gaps  # a 1 s interval: ~30 polls
+    assert max(probes) < 1.0, probes
+    assert sum(peaks) < 512, peaks  # every process of the pod, against the chart's 512Mi
+    assert 'vllm_specdec_mean_acceptance_length{model_name="m",target="t0",window="1m"}' in text  # fresh
 
 
 def test_a_31_9_mib_payload_is_parsed_in_bounded_memory_and_says_what_it_did_not_read():
@@ -106,7 +116,7 @@ from test_scale import biggest_payload
 from vllm_specdec_exporter import parse_pool
 body = biggest_payload(int(31.9 * 1024 * 1024))
 base = int(next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:")).split()[1])
-got = parse_pool.read_payload("t", body, 32 * 1024 * 1024, None, {}, 512)
+got = parse_pool.read_payload(parse_pool.Payload("t", body, 32 * 1024 * 1024, None, {}, 512))
 peak = int(next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")).split()[1])
 print((peak - base) / 1024, len(got.kept), got.refused, [w for w in got.snapshot.warnings if "samples" in w][:1])
 """
@@ -126,29 +136,12 @@ def test_healthz_answers_while_a_target_serves_the_backtracking_shape_under_the_
         line = f'{V1}drafts_total{{engine="0",model_name="m"}} {n}{" " * 16_900},\n'
         return (line + line.replace('"0"', '"1"')).encode()
 
+    def healthy(n: int) -> bytes:  # under the worker size too: parsed on the event loop beside it
+        return healthy_payload(n)[:60_000].rsplit(b"\n", 1)[0] + b"\n"
+
     assert len(hostile(0)) < 256 * 1024
-    servers = [LoopbackServer(lambda n: prom(hostile(n))), LoopbackServer(lambda n: prom(healthy_payload(n)[:60_000]
-                                                                                        .rsplit(b"\n", 1)[0] + b"\n"))]
-    for server in servers:
-        server.__enter__()
-    try:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg:
-            cfg.write("targets:\n" + "".join(f"  - {{name: t{i}, url: '{s.url}'}}\n" for i, s in enumerate(servers))
-                      + "poll: {interval: 200ms, timeout: 4s}\n")
-            cfg.flush()
-            proc, port = start_serve("--config.file", cfg.name)
-            try:
-                start, probes = time.monotonic(), []
-                while time.monotonic() < start + 10:
-                    t0 = time.monotonic()
-                    assert get(port, "/healthz", timeout=30)[0] == 200
-                    probes.append(time.monotonic() - t0)
-                    time.sleep(0.1)
-                assert servers[0].requests >= 20 and servers[1].requests >= 20  # both polled at ~5 a second
-                assert max(probes) < 1.0, probes
-            finally:
-                proc.kill()
-                proc.wait()
-    finally:
-        for server in servers:
-            server.__exit__(None, None, None)
+    servers = [LoopbackServer(lambda n: prom(hostile(n))), LoopbackServer(lambda n: prom(healthy(n)))]
+    with serving(servers, "{interval: 200ms, timeout: 4s}") as (_, port):
+        probes = probe_healthz(port, 10, 0.1)
+    assert servers[0].requests >= 20 and servers[1].requests >= 20  # both polled at ~5 a second
+    assert max(probes) < 1.0, probes

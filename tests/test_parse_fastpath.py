@@ -104,12 +104,12 @@ def test_a_churning_target_leaves_another_targets_cache_alone():
     from vllm_specdec_exporter import parse_pool
 
     steady = "".join(f'{NAMES[0]}{{engine="{e}"}} 1\n' for e in range(8)).encode()
-    parse_pool.read_payload("steady", steady, 1 << 20, None, {}, 512)
+    parse_pool.read_payload(parse_pool.Payload("steady", steady, 1 << 20, None, {}, 512))
     kept = dict(parse_pool._cache("steady").entries)
     assert len(kept) == 8
     for poll in range(6):  # every poll a whole cache's worth of new series
         churn = "".join(f'{NAMES[0]}{{engine="{poll}-{e}"}} 1\n' for e in range(2500)).encode()
-        parse_pool.read_payload("churning", churn, 1 << 22, None, {}, 512)
+        parse_pool.read_payload(parse_pool.Payload("churning", churn, 1 << 22, None, {}, 512))
     assert parse_pool._cache("steady").entries == kept
 
 

@@ -60,23 +60,30 @@ class WorkerError(Exception):
         return WorkerError, (str(self), self.details)
 
 
-async def read(
-    target: str,
-    body: bytes,
-    max_bytes: int,
-    producer: str | None,
-    held: Mapping[SeriesKey, float],
-    max_series: int,
-    last_poll: float | None = None,
-) -> Read | Failure:
-    """``read_payload`` for the named target, in a parsing process for a big payload (in the
-    lane its own cost picks: ``_heavy``). Raises ``WorkerError`` on an unexpected exception
-    in the parse, or when the parsing process died or took too long."""
-    args = (target, body, max_bytes, producer, held, max_series, last_poll)
-    if len(body) <= config.PARSE_IN_WORKER_BYTES:
-        got = read_payload(*args)
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """One poll's payload and what bounds its reading: the target it came from (its lane and
+    series cache), the producer named for it, the engines it holds with when each was last
+    seen, and when its last poll was read (history.admit)."""
+
+    target: str
+    body: bytes
+    max_bytes: int
+    producer: str | None
+    held: Mapping[SeriesKey, float]
+    max_series: int
+    last_poll: float | None = None
+
+
+async def read(payload: Payload) -> Read | Failure:
+    """``read_payload``, in a parsing process for a big payload (in the lane the target's own
+    cost picks: ``_heavy``). Raises ``WorkerError`` on an unexpected exception in the parse,
+    or when the parsing process died or took too long."""
+    size = len(payload.body)
+    if size <= config.PARSE_IN_WORKER_BYTES:
+        got = read_payload(payload)
     else:
-        got = await _in_worker(_heavy(target, len(body)), target, read_payload, *args)
+        got = await _in_worker(_heavy(payload.target, size), payload.target, read_payload, payload)
     if isinstance(got, WorkerError):
         raise got
     return got
@@ -95,22 +102,14 @@ def _cache(target: str) -> SeriesCache:
     return cache
 
 
-def read_payload(
-    target: str,
-    body: bytes,
-    max_bytes: int,
-    producer: str | None,
-    held: Mapping[SeriesKey, float],
-    max_series: int,
-    last_poll: float | None = None,
-) -> Read | Failure | WorkerError:
+def read_payload(p: Payload) -> Read | Failure | WorkerError:
     """Parse one payload and bound it to what may be held. Pure CPU; runs in the parsing
-    process for big payloads, so what it hands back is small (at most ``max_series``
+    process for big payloads, so what it hands back is small (at most ``p.max_series``
     engines, a few warnings) and the expected failures come back as values: exceptions
     with their own constructors do not survive pickling."""
     try:
         snapshot = extract(
-            body, max_bytes, producer, cache=_cache(target), max_samples=max_series * config.MAX_SAMPLES_PER_ENGINE
+            p.body, p.max_bytes, p.producer, cache=_cache(p.target), max_samples=p.max_series * config.MAX_SAMPLES_PER_ENGINE
         )
     except (PayloadTooLarge, NotPrometheusText, UnsupportedProducer, NoSpecDecodeFamilies) as e:
         return Failure(
@@ -118,7 +117,7 @@ def read_payload(
         )
     except Exception as e:
         return WorkerError(f"{type(e).__name__}: {e}"[:500], traceback.format_exc()[-4000:])
-    kept, refused, forget = admit(snapshot.engines, held, max_series, config.MAX_MODELS_PER_TARGET, last_poll)
+    kept, refused, forget = admit(snapshot.engines, p.held, p.max_series, config.MAX_MODELS_PER_TARGET, p.last_poll)
     # What crosses back is small: warnings quote labels, so each is cut (twice the logged length: scrubbed then cut).
     cut = 2 * config.MAX_WARNING_CHARS
     small = replace(snapshot, engines={}, warnings=tuple(w[:cut] for w in snapshot.warnings[:200]))

@@ -23,7 +23,7 @@ from .derive import invariant_violations
 from .history import Observation, TargetHistory
 from .metrics import sample
 from .model import Counters, SeriesKey, series_name
-from .parse_pool import Failure, Read, WorkerError
+from .parse_pool import Failure, Payload, Read, WorkerError
 from .parser import PayloadTooLarge
 from .settings import Settings, Target
 from .sources import MODELS_PATH, SourceError, credentials, fetch_metrics, models_url, read_served_models, redact_url, scrub
@@ -111,13 +111,15 @@ class TargetPoller:
             )
             # A big payload is read in a parsing process, so /healthz and /metrics keep answering.
             got = await parse_pool.read(
-                self.target.name,
-                body,
-                self.settings.max_payload_bytes,
-                self.target.producer,
-                self.history.seen(),
-                self.max_series,
-                self.history.last_poll(),
+                Payload(
+                    self.target.name,
+                    body,
+                    self.settings.max_payload_bytes,
+                    self.target.producer,
+                    self.history.seen(),
+                    self.max_series,
+                    self.history.last_poll(),
+                )
             )
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation
