@@ -162,6 +162,7 @@ def test_healthy_real_figures_get_no_hint(tmp_path):
 
 def judge_one(counters, changes=(), profile=None):
     from vllm_specdec_exporter import config
+    from vllm_specdec_exporter import config
     from vllm_specdec_exporter.health import judge
     from vllm_specdec_exporter.model import Counters
 
@@ -221,7 +222,8 @@ def test_configuration_change_and_garbage_both_named():
 def test_too_good_to_be_true():
     v = judge_one([(1000, 2000, 1980, (995, 985))])  # 99.0 % acceptance: repetition loops
     assert [(h.cause, h.evidence) for h in v.causes] == [
-        ("too_good", "acceptance 99.0 % of 2,000 draft tokens (healthy real traffic: at most ~96 %)")]
+        ("too_good", "acceptance 99.0 % of 2,000 draft tokens (healthy model-drafted traffic: at most ~96 %; "
+                     "copy-heavy ngram workloads run higher)")]
     assert judge_one([(1000, 2000, 1950, (975, 975))]).causes == ()  # 97.5 %: no hint
 
 
@@ -339,3 +341,16 @@ def test_a_rollout_into_a_partly_broken_head_names_the_restart_and_the_head():
     assert [h.cause for h in causes] == ["configuration_change", "draft_head_partial", "chain_break"]
     assert causes[1].evidence == ("every engine (1) and every position low since a restart of engine 0: position 0 "
                                   "at 42.7 %, then 2.4 % conditional")
+
+
+def test_one_rank_of_two_says_the_other_one_is():
+    """Issue 31 wording: 'the other 1 are' read wrong."""
+    from vllm_specdec_exporter import config
+    from vllm_specdec_exporter.health import judge
+    from vllm_specdec_exporter.model import Counters
+
+    healthy = Counters(10_000, 20_000, 16_110, (9_240, 6_870))
+    broken = Counters(10_000, 20_000, 240, (235, 5))
+    verdict = judge({"0": healthy, "1": broken}, 60.0, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+    [hint] = [h for h in verdict.causes if h.cause == "one_rank"]
+    assert hint.evidence == "engine 1 at AL 1.024 while the other 1 is at AL 2.611", hint

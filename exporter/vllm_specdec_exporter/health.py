@@ -112,10 +112,10 @@ class Hint:
 CAUSE_TEXT = {
     "draft_head_garbage": "the draft head produces garbage (a broken quantised conversion or loader)",
     "draft_head_partial": "a partly broken draft head (conversion, loader, draft sampling or context)",
-    "chain_break": "the draft chain breaks after the first position (k beyond what the draft was trained for, "
-    "or a mis-wired later layer)",
+    "chain_break": "the draft chain breaks part-way, at the position the evidence names (k beyond what the "
+    "draft was trained for, or a mis-wired later layer)",
     "draft_shorter_than_k": "the draft produces fewer tokens than k (lower k, or fix the draft)",
-    "one_rank": "one rank (a rank-specific load, device or node)",
+    "one_rank": "one rank or a few, not the whole server (a rank-specific load, device or node)",
     "configuration_change": "a configuration change (a restart, a new k, a new version)",
     "workload_shift": "a workload shift (traffic mix, temperature, synthetic random-token load), or a partly "
     "broken draft path (draft sampling, missing draft context)",
@@ -223,7 +223,7 @@ def diagnose(
             Hint(
                 "too_good",
                 f"acceptance {_pct(st.acceptance_rate)} of {total.draft_tokens:,.0f} draft "
-                f"tokens (healthy real traffic: at most ~96 %)",
+                f"tokens (healthy model-drafted traffic: at most ~96 %; copy-heavy ngram workloads run higher)",
             )
         )
     shape = _chain(total, min_drafts)
@@ -242,7 +242,10 @@ def diagnose(
     rest = sum_counters(c for e, c in judged.items() if e not in bad)
     if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
         worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:3])
-        falls.append(Hint("one_rank", f"{worst} while the other {len(judged) - len(bad)} are at AL {1 + _gain(rest):.3f}"))
+        others = len(judged) - len(bad)
+        falls.append(
+            Hint("one_rank", f"{worst} while the other {others} {'is' if others == 1 else 'are'} at AL {1 + _gain(rest):.3f}")
+        )
     zero = [e for e, c in judged.items() if c.per_position[0] / c.drafts < config.DIAG_GARBAGE_POSITION0]
     if len(zero) == len(judged):
         where = "on every engine" if len(judged) > 1 else "on its only engine"
