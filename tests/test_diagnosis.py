@@ -162,7 +162,6 @@ def test_healthy_real_figures_get_no_hint(tmp_path):
 
 def judge_one(counters, changes=(), profile=None):
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter import config
     from vllm_specdec_exporter.health import judge
     from vllm_specdec_exporter.model import Counters
 
