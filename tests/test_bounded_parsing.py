@@ -142,6 +142,6 @@ def test_healthz_answers_while_a_target_serves_the_backtracking_shape_under_the_
     assert len(hostile(0)) < 256 * 1024
     servers = [LoopbackServer(lambda n: prom(hostile(n))), LoopbackServer(lambda n: prom(healthy(n)))]
     with serving(servers, "{interval: 200ms, timeout: 4s}") as (_, port):
-        probes = probe_healthz(port, 10, 0.1)
-    assert servers[0].requests >= 20 and servers[1].requests >= 20  # both polled at ~5 a second
+        probes = probe_healthz(port, 6, 0.1)
+    assert servers[0].requests >= 12 and servers[1].requests >= 12  # both polled at ~5 a second (ca54fcf: 5 in 10 s)
     assert max(probes) < 1.0, probes

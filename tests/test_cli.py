@@ -319,3 +319,19 @@ def test_diff_reads_a_restart_from_the_created_timestamps_when_the_counters_grew
     same = json.loads(run_cli("diff", str(fixtures / "eagle-before.prom"), str(fixtures / "eagle-after.prom"),
                               "--format", "json").stdout)
     assert same["models"]["tiny-llama"]["all"]["num_drafts"] == 228  # the same process: one interval
+
+
+def test_diff_across_a_k_change_without_created_says_why_and_what_to_do(tmp_path):
+    """Issue 31: k 2 -> 3 with the counters grown past the first dump, and no _created to
+    tell a restart (multiprocess mode): refused with the reason and the way out."""
+    def dump(d: int, k: int) -> str:
+        lab = 'engine="0",model_name="m"'
+        return (f"vllm:spec_decode_num_drafts_total{{{lab}}} {d}\nvllm:spec_decode_num_draft_tokens_total{{{lab}}} {k * d}\n"
+                f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {d}\n"
+                + "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {d // (i + 2)}\n'
+                          for i in range(k)))
+    (tmp_path / "a").write_text(dump(1000, 2))
+    (tmp_path / "b").write_text(dump(5000, 3))
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert proc.returncode == 2, proc.stderr
+    assert b"k changed without a restart" in proc.stderr and b"vLLM changes k only across a restart" in proc.stderr

@@ -176,9 +176,17 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     shared = before.engines.keys() & after.engines.keys()
     if shared and len(deltas.refused) == len(shared):
         key, reason = deltas.refused[0]
+        # In vLLM k only changes with a restart: without _created (multiprocess mode) one whose
+        # counters grew past the first dump's looks like this.
+        hint = (
+            "; vLLM changes k only across a restart: if the server restarted, its counters have grown past the "
+            "first dump's (take the dumps closer together, or after the restart)"
+            if reason.startswith("k changed")
+            else ""
+        )
         raise ParseError(
             f"{shown}: not an interval of the same engines ({series_name(key)}: {reason}"
-            f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''})"
+            f"{f'; and {len(shared) - 1} more' if len(shared) > 1 else ''}){hint}"
         )
     warnings = [*before.warnings, *after.warnings, *deltas.warnings]
     # Only where the counters alone said it: a restart known from _created is one, never a swap.
