@@ -225,15 +225,12 @@ class TargetHistory:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
                 self._add(e, key, delta(e.base, now)[0], increments)
                 e.base, e.base_t = now, t
-            elif verdict == STARTED_AGAIN:
-                # Known from the engine's start time (vLLM's _created), even when its counters grew
-                # past the last reading: everything counted since it is new, at once.
-                confirmed = True
-                restarted.append(key)
-                self._add(e, key, now, increments)
-                e.base, e.base_t = now, t
-            elif pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT:
-                # The restart is confirmed: everything counted since it is new.
+            elif verdict == STARTED_AGAIN or (
+                pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT
+            ):
+                # A restart known from the engine's start time (vLLM's _created), even when its
+                # counters grew past the last reading, or one the next poll confirmed: everything
+                # counted since it is new.
                 confirmed = True
                 restarted.append(key)
                 self._add(e, key, now, increments)
@@ -313,7 +310,7 @@ def admit(
     last_poll: float | None = None,
 ) -> tuple[dict[SeriesKey, Counters], int, list[SeriesKey]]:
     """Which of a poll's engines may be held: (kept, refused count, engines to forget).
-    ``last_poll``: when the last poll was read (default: the latest time in ``held``).
+    ``last_poll``: when the last poll was read (None before the first: nothing is held).
 
     ``held`` maps each engine held to when it was last seen. Engines already held come
     first; a new one takes the place of the held engine unseen the longest among those
@@ -326,13 +323,15 @@ def admit(
     refused = sum(1 for k in raw if k in held) - len(kept)
     models = {m for m, _ in kept}
     # A held engine missing from this poll gives up its place only if it was also missing
-    # from the last poll (it was last seen before ``last_poll``): one cut poll (a truncated payload, with new engines in it) evicted a
-    # healthy target's engines for good (issue 29 item 8). As for a counter, one odd poll
-    # changes nothing and a second in a row does. Until then new engines are refused; an
-    # engine missing from every poll is forgotten after forget_after (TargetHistory.observe).
-    latest = max(held.values(), default=0.0) if last_poll is None else last_poll
+    # from the last poll (last seen before ``last_poll``): one cut poll (a truncated payload
+    # with new engines in it) evicted a healthy target's engines for good (issue 29 item 8).
+    # As for a counter, one odd poll changes nothing and a second in a row does. Until then
+    # new engines are refused; an engine missing from every poll is forgotten after
+    # forget_after (TargetHistory.observe).
     absent = [k for k in held if k not in raw]
-    replaceable = sorted((k for k in absent if held[k] < latest), key=lambda k: held[k], reverse=True)
+    replaceable = sorted(
+        (k for k in absent if last_poll is not None and held[k] < last_poll), key=lambda k: held[k], reverse=True
+    )
     room = cap - len(kept) - len(absent)
     forget: list[SeriesKey] = []
     for key in _interleaved(k for k in raw if k not in held):
