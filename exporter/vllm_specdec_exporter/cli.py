@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -119,12 +120,17 @@ def _shown(source: str) -> str:
     return "stdin" if source == "-" else escape(redact_url(source))
 
 
+@functools.cache
+def _default_profiles() -> tuple[BaselineProfile, ...]:
+    from .settings import default_profiles
+
+    return tuple(default_profiles())  # read once a run: the verdict and the summary both ask
+
+
 def _profile(model: str, k: int) -> BaselineProfile | None:
     """The built-in profile a served name matches: the CLI has neither /v1/models nor the
     sidecar's aliases, so a name that is not the model's matches none (and says so)."""
-    from .settings import default_profiles
-
-    return match_profile(default_profiles(), model, k, None)
+    return match_profile(_default_profiles(), model, k, None)
 
 
 def _with_profiles(summary: dict[str, Any]) -> dict[str, Any]:
