@@ -26,6 +26,12 @@ def match_profile(profiles: Sequence[BaselineProfile], model_name: str, k: int, 
 
 # How a model's profile was found (the model_info series' profile_matched_by label).
 MATCHED_BY = ("served_name", "root", "alias", "none")
+# What having no profile hides, and the way out: the sidecar's log and landing page and the
+# NoBaseline alert all say it in these words.
+NO_BASELINE = (
+    "a head that is partly broken from the start cannot be detected until a day of history exists; "
+    "set baselines.aliases (served name: a model a profile matches) or a profile of its own"
+)
 
 
 def find_profile(

@@ -20,6 +20,7 @@ import structlog
 
 from . import config, parse_pool
 from .derive import invariant_violations
+from .health import NO_BASELINE
 from .history import Observation, TargetHistory
 from .metrics import sample
 from .model import Counters, SeriesKey, series_name
@@ -276,12 +277,7 @@ class TargetPoller:
         for mv in models:
             if mv.profile is None:
                 root = f" (root {mv.root})" if mv.root and mv.root != mv.model_name else ""
-                self._warn_once(
-                    f"no healthy reference for {mv.model_name}{root} at k={mv.k}: a head that is partly broken from "
-                    "the start cannot be detected until a day of history exists; set baselines.aliases "
-                    "(served name: a model a profile matches) or the chart's profile value",
-                    "no_baseline",
-                )
+                self._warn_once(f"no healthy reference for {mv.model_name}{root} at k={mv.k}: {NO_BASELINE}", "no_baseline")
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)

@@ -23,7 +23,7 @@ from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
-from .health import Verdict, describe, judge
+from .health import NO_BASELINE, Verdict, describe, judge
 from .model import Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
@@ -259,8 +259,7 @@ async def landing(request: web.Request) -> web.Response:
                 f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
                 f"{settings.detection.degraded_fraction:g} x (baseline - 1))"
                 if mv.profile
-                else "no profile: no healthy reference, so a head partly broken from the start cannot be detected "
-                "until a day of history exists (set baselines.aliases or the chart's profile value)"
+                else f"no profile: {esc(NO_BASELINE)}"
             )
             if mv.profile and mv.profile_matched_by != "served_name":
                 baseline += f", matched by {esc(mv.profile_matched_by.replace('_', ' '))}"

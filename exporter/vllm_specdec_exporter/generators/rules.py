@@ -24,6 +24,7 @@ import yaml
 
 from .. import config as c
 from .. import metrics as m
+from ..health import NO_BASELINE
 from ..model import BaselineProfile
 from ..settings import default_profiles
 from .output import exit_status, update_or_check, write_or_check
@@ -631,9 +632,7 @@ def _no_baseline(x: X) -> tuple[str, str]:
     return (
         f"max by ({by(x.lv[c.ALERT_LEVEL])}) ({info}{_sel(x.o, unmatched)})\nand {x.on} {x.d5} > {x.floor}",
         f"{x.where} drafts with no baseline profile: none matches its served name, the model vLLM's /v1/models "
-        f"names as its root, or an alias. A head that is partly broken from the start cannot be detected until a "
-        f"day of history exists; set baselines.aliases (served name: a model a profile matches) or a profile of "
-        f"its own ({info} shows the root).",
+        f"names as its root, or an alias. {NO_BASELINE[:1].upper()}{NO_BASELINE[1:]} ({info} shows the root).",
     )
 
 
