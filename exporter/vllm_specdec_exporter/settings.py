@@ -16,13 +16,12 @@ from urllib.parse import urlsplit
 
 from . import config
 from .adapters import PRODUCERS
-from .errors import ConfigError
+from .errors import ConfigError, clip, shown, shown_key
 from .model import BaselineProfile
 from .sources import redact_url
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a target's name (the Helm schema's pattern is generated from it)
 CONFIG_MAX_DEPTH = 32  # YAML nesting: the deepest real key (baselines.profiles[i].model) is 4 levels down
-SHOWN_CHARS = 100  # what an error message quotes of one value from the file
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,30 +105,11 @@ class Settings:
 # --- small validators, each raising ConfigError(key, ...) ---
 
 
-def _clip(text: str, limit: int = SHOWN_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _shown(value: Any) -> str:
-    """``value`` for an error message: repr'd if a scalar, cut to SHOWN_CHARS (a value from
-    the file is never quoted whole: it may be megabytes)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"  # repr refuses over 4,300 digits
-    if isinstance(value, str | int | float | bool) or value is None:
-        return _clip(repr(value))
-    return f"a {type(value).__name__}"
-
-
-def _key(name: Any) -> str:
-    """A key from the file for an error message: as written if it is short printable text."""
-    return name if isinstance(name, str) and len(name) <= SHOWN_CHARS and name.isprintable() else _shown(name)
-
-
 def _duration(key: str, value: Any) -> float:
     try:
         return config.parse_duration(value)
     except ValueError as e:  # its message quotes the value whole: quoted here as every other one
-        raise ConfigError(key, str(e).replace(repr(value), _shown(value), 1)) from None
+        raise ConfigError(key, str(e).replace(repr(value), shown(value), 1)) from None
 
 
 def canonical_duration(seconds: float) -> str:
@@ -149,15 +129,15 @@ def _limited(key: str, value: Any, limit_key: str | None = None) -> float:
 def _number(key: str, value: Any, low: float, high: float, integer: bool = False) -> float:
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise ConfigError(key, f"{_shown(value)} is not {kind} (valid: {low:g} to {high:g})")
+        raise ConfigError(key, f"{shown(value)} is not {kind} (valid: {low:g} to {high:g})")
     if not low <= value <= high:
-        raise ConfigError(key, f"{_shown(value)} is out of range (valid: {low:g} to {high:g})")
+        raise ConfigError(key, f"{shown(value)} is out of range (valid: {low:g} to {high:g})")
     return value
 
 
 def _choice(key: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
-        raise ConfigError(key, f"{_shown(value)} is not one of {', '.join(choices)}")
+        raise ConfigError(key, f"{shown(value)} is not one of {', '.join(choices)}")
     return str(value)
 
 
@@ -168,13 +148,13 @@ def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
         raise ConfigError(key, f"expected a mapping with keys {', '.join(allowed)}")
     for k in value:
         if k not in allowed:
-            raise ConfigError(f"{key}.{_key(k)}" if key else _key(k), f"unknown key (valid: {', '.join(allowed)})")
+            raise ConfigError(f"{key}.{shown_key(k)}" if key else shown_key(k), f"unknown key (valid: {', '.join(allowed)})")
     return value
 
 
 def _url(key: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ConfigError(key, f"{_shown(value)} is not a URL")
+        raise ConfigError(key, f"{shown(value)} is not a URL")
     try:
         parts = urlsplit(value)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0  # ports 1-65535
@@ -182,18 +162,18 @@ def _url(key: str, value: Any) -> str:
         ok = False
     if not ok:  # redacted: the URL may carry a password
         raise ConfigError(
-            key, f"{_shown(redact_url(value))} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)"
+            key, f"{shown(redact_url(value))} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)"
         )
     return value
 
 
 def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
-        raise ConfigError(key, f"{_shown(value)} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
+        raise ConfigError(key, f"{shown(value)} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
     if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 <= int(port) <= 65535:
-        raise ConfigError(key, f"{_shown(value)}: port must be 1-65535 (or 0: any free port)")
+        raise ConfigError(key, f"{shown(value)}: port must be 1-65535 (or 0: any free port)")
     return host, int(port)
 
 
@@ -214,10 +194,10 @@ def _target(key: str, raw: Any) -> Target:
         raise ConfigError(f"{key}.url", "missing (an http(s) URL of vLLM's /metrics)")
     name = raw.get("name", config.DEFAULT_TARGET_NAME)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise ConfigError(f"{key}.name", f"{_shown(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
+        raise ConfigError(f"{key}.name", f"{shown(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
     method = raw.get("method")
     if method is not None and not isinstance(method, str):
-        raise ConfigError(f"{key}.method", f"{_shown(method)} is not a string (e.g. mtp, eagle3)")
+        raise ConfigError(f"{key}.method", f"{shown(method)} is not a string (e.g. mtp, eagle3)")
     token_file = raw.get("bearer_token_file")
     if token_file is not None and not isinstance(token_file, str):
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
@@ -225,7 +205,7 @@ def _target(key: str, raw: Any) -> Target:
     if producer is not None and producer not in PRODUCERS:
         raise ConfigError(
             f"{key}.producer",
-            f"{_shown(producer)} is not a known producer (one of {', '.join(PRODUCERS)}; leave it out to detect it)",
+            f"{shown(producer)} is not a known producer (one of {', '.join(PRODUCERS)}; leave it out to detect it)",
         )
     return Target(name, _url(f"{key}.url", raw["url"]), method, token_file, producer)
 
@@ -238,7 +218,7 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
     try:
         pattern = re.compile(_safe_pattern(f"{key}.model", str(raw["model"])))
     except re.error as e:
-        raise ConfigError(f"{key}.model", f"{_shown(raw['model'])} is not a regular expression: {_clip(str(e))}") from None
+        raise ConfigError(f"{key}.model", f"{shown(raw['model'])} is not a regular expression: {clip(str(e))}") from None
     k = int(_limited(f"{key}.k", raw["k"], "baselines.profiles[].k"))
     al = float(
         _limited(f"{key}.mean_acceptance_length", raw["mean_acceptance_length"], "baselines.profiles[].mean_acceptance_length")
@@ -279,12 +259,12 @@ def _safe_pattern(key: str, text: str) -> str:
                     if inside_repeat:
                         raise ConfigError(
                             key,
-                            f"{_shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
+                            f"{shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
                         )
                     count[0] += 1
                     walk(av[2], True)
                 elif op is c.BRANCH and inside_repeat:
-                    raise ConfigError(key, f"{_shown(text)}: a repeated alternation can take forever to match")
+                    raise ConfigError(key, f"{shown(text)}: a repeated alternation can take forever to match")
                 else:
                     walk(av, inside_repeat)
         elif isinstance(node, (list, tuple)):
@@ -293,7 +273,7 @@ def _safe_pattern(key: str, text: str) -> str:
 
     walk(_parser.parse(text), False)
     if count[0] > 3:
-        raise ConfigError(key, f"{_shown(text)}: more than 3 open-ended repeats can take very long to match")
+        raise ConfigError(key, f"{shown(text)}: more than 3 open-ended repeats can take very long to match")
     return text
 
 
@@ -309,7 +289,7 @@ def default_profiles() -> list[BaselineProfile]:
 
 def _path(key: str, value: Any) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
-        raise ConfigError(key, f"{_shown(value)} is not a file path")
+        raise ConfigError(key, f"{shown(value)} is not a file path")
     return value
 
 
@@ -335,9 +315,9 @@ def load_file(path: str) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError("--config.file", f"{path} is not valid YAML{where}: {_clip(problem)}") from None
+        raise ConfigError("--config.file", f"{path} is not valid YAML{where}: {clip(problem)}") from None
     except ValueError as e:  # a value PyYAML could not build: a date such as 2001-13-45, an int of 5,000 digits
-        raise ConfigError("--config.file", f"{path} has a value that cannot be read: {_clip(str(e))}") from None
+        raise ConfigError("--config.file", f"{path} has a value that cannot be read: {clip(str(e))}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -412,16 +392,16 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     for i, w in enumerate(raw_windows):
         seconds = _duration(f"windows[{i}]", w)
         if seconds in written:
-            raise ConfigError("windows", f"durations must be distinct, got {_shown(written[seconds])} and {_shown(w)}")
+            raise ConfigError("windows", f"durations must be distinct, got {shown(written[seconds])} and {shown(w)}")
         written[seconds] = w
     windows = sorted(((canonical_duration(d), d) for d in written), key=lambda w: w[1])
     if windows[0][1] < interval:
-        raise ConfigError("windows", f"the shortest window ({_clip(windows[0][0])}) is shorter than poll.interval")
+        raise ConfigError("windows", f"the shortest window ({clip(windows[0][0])}) is shorter than poll.interval")
 
     health_window = canonical_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
     if health_window not in dict(windows):
         raise ConfigError(
-            "health.window", f"{_shown(health_window)} is not one of the windows {_clip(str([w for w, _ in windows]))}"
+            "health.window", f"{shown(health_window)} is not one of the windows {clip(str([w for w, _ in windows]))}"
         )
     detection = config.Detection(
         window=health_window,
@@ -436,7 +416,7 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(baselines.get("profiles") or [])]
     include_defaults = baselines.get("include_defaults", True)
     if not isinstance(include_defaults, bool):
-        raise ConfigError("baselines.include_defaults", f"{_shown(include_defaults)} is not true or false")
+        raise ConfigError("baselines.include_defaults", f"{shown(include_defaults)} is not true or false")
     if include_defaults:
         profiles += default_profiles()
 

@@ -62,12 +62,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from . import config
-from .errors import ConfigError
+from .errors import ConfigError, shown, shown_key
 from .yamlsafe import load as load_yaml
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
 # exporter-toolkit name -> (OpenSSL verify flags, verify the chain against client_ca_file)
+_SHOWN = 60  # what an error message quotes of one value from the web config
 CLIENT_AUTH = {
     "NoClientCert": (ssl.CERT_NONE, False),
     "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
@@ -268,7 +269,7 @@ def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
         raise ConfigError(key, "expected a non-empty list")
     for name in value:
         if name not in valid:
-            raise ConfigError(key, f"unknown {_show(name)} (valid: {', '.join(valid)})")
+            raise ConfigError(key, f"unknown {shown(name, _SHOWN)} (valid: {', '.join(valid)})")
     return value
 
 
@@ -276,7 +277,8 @@ def _version(tls: dict[str, object], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key, default)
     if value not in TLS_VERSIONS:
         raise ConfigError(
-            f"tls_server_config.{key}", f"{_show(value)} is not one of TLS12, TLS13 (OpenSSL here refuses TLS 1.0 and 1.1)"
+            f"tls_server_config.{key}",
+            f"{shown(value, _SHOWN)} is not one of TLS12, TLS13 (OpenSSL here refuses TLS 1.0 and 1.1)",
         )
     return TLS_VERSIONS[value]
 
@@ -288,7 +290,7 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
         if k not in TLS_KEYS:
             hint = "; put the PEM in a file and use cert_file/key_file" if k in ("cert", "key") else ""
             raise ConfigError(
-                f"tls_server_config.{_label(k)}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})"
+                f"tls_server_config.{shown_key(k, _SHOWN)}", f"unknown or unsupported key{hint} (valid: {', '.join(TLS_KEYS)})"
             )
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = _version(tls, "min_version", "TLS12")
@@ -310,7 +312,7 @@ def _tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLCont
             "with client_ca_file",
         )
     if auth not in CLIENT_AUTH:
-        raise ConfigError("tls_server_config.client_auth_type", f"{_show(auth)} is not one of {', '.join(CLIENT_AUTH)}")
+        raise ConfigError("tls_server_config.client_auth_type", f"{shown(auth, _SHOWN)} is not one of {', '.join(CLIENT_AUTH)}")
     mode, verify = CLIENT_AUTH[auth]
     has_ca = "client_ca_file" in tls or "client_ca" in tls
     if has_ca and mode == ssl.CERT_NONE:
@@ -395,13 +397,15 @@ def _http_server_config(http: object) -> dict[str, str]:
             if v is not False:
                 raise ConfigError("http_server_config.http2", "this exporter serves HTTP/1.1 only: set false or leave it out")
         elif k != "headers":
-            raise ConfigError(f"http_server_config.{_label(k)}", "unknown key (valid: headers, http2)")
+            raise ConfigError(f"http_server_config.{shown_key(k, _SHOWN)}", "unknown key (valid: headers, http2)")
     headers = http.get("headers") or {}
     if not isinstance(headers, dict):
         raise ConfigError("http_server_config.headers", "expected a mapping of header: value")
     for name, value in headers.items():
         if name not in HEADERS:
-            raise ConfigError(f"http_server_config.headers.{_label(name)}", f"cannot be configured (valid: {', '.join(HEADERS)})")
+            raise ConfigError(
+                f"http_server_config.headers.{shown_key(name, _SHOWN)}", f"cannot be configured (valid: {', '.join(HEADERS)})"
+            )
         key = f"http_server_config.headers.{name}"
         if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
             raise ConfigError(key, f"expected a string, not a {type(value).__name__}")
@@ -413,20 +417,8 @@ def _http_server_config(http: object) -> dict[str, str]:
                 "value is one line of printable ASCII",
             )
         if HEADERS[name] and value not in HEADERS[name]:
-            raise ConfigError(key, f"{_show(value)} is not one of {', '.join(HEADERS[name])}")
+            raise ConfigError(key, f"{shown(value, _SHOWN)} is not one of {', '.join(HEADERS[name])}")
     return {str(k): str(v) for k, v in headers.items() if v not in (None, "")}
-
-
-def _label(key: object) -> str:
-    """A key for an error message: as written if it is short printable text."""
-    return key if isinstance(key, str) and len(key) <= 60 and key.isprintable() else _show(key)
-
-
-def _show(value: object, limit: int = 60) -> str:
-    """``value`` for an error message: repr'd, cut to ``limit`` characters (never a whole
-    file's worth in one log line)."""
-    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else f"a {type(value).__name__}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _rate_limit(rate: object) -> tuple[float, int] | None:
@@ -479,7 +471,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     valid = ("tls_server_config", "http_server_config", "rate_limit", "basic_auth_users")
     for k in data:
         if k not in valid:
-            raise ConfigError(f"web config {_label(k)}", f"unknown key (valid: {', '.join(valid)})")
+            raise ConfigError(f"web config {shown_key(k, _SHOWN)}", f"unknown key (valid: {', '.join(valid)})")
     base = Path(path).parent
     ctx, sans = (None, None)
     if data.get("tls_server_config"):
@@ -492,7 +484,9 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     users = {}
     for user, hashed in users_in.items():
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
-            raise ConfigError(f"basic_auth_users.{_label(user)}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
+            raise ConfigError(
+                f"basic_auth_users.{shown_key(user, _SHOWN)}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')"
+            )
         users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
     auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
