@@ -89,15 +89,16 @@ async def read(payload: Payload) -> Read | Failure:
     return got
 
 
-# Each process's series caches, one per target (parser.SeriesCache), at most this many.
+# Each process's series caches, one per target (parser.SeriesCache); at most this many targets are
+# remembered, here and in _HEAVY_UNTIL.
 _CACHES: dict[str, SeriesCache] = {}
-_CACHED_TARGETS = 256
+_TARGETS_REMEMBERED = 256
 
 
 def _cache(target: str) -> SeriesCache:
     cache = _CACHES.pop(target, None) or SeriesCache()
     _CACHES[target] = cache  # the most recently used last
-    if len(_CACHES) > _CACHED_TARGETS:
+    if len(_CACHES) > _TARGETS_REMEMBERED:
         del _CACHES[next(iter(_CACHES))]
     return cache
 
@@ -155,7 +156,7 @@ def _heavy(target: str, size: int) -> bool:
 
 def _note_cost(target: str, seconds: float) -> None:
     if seconds > config.PARSE_BUDGET_SECONDS:
-        if len(_HEAVY_UNTIL) > _CACHED_TARGETS:
+        if len(_HEAVY_UNTIL) > _TARGETS_REMEMBERED:
             _HEAVY_UNTIL.clear()  # bounded: names come from the config, this only guards a bug
         _HEAVY_UNTIL[target] = time.monotonic() + config.PARSE_HEAVY_HOLD_SECONDS
 
