@@ -118,6 +118,11 @@ CASES = {
     # DSpark k=7 past its 5-token block: positions 5 and 6 always exactly 0 (no profile for the name).
     "dspark_k7": ("z-lab/dspark-k7", [[0.75, 0.55, 0.4, 0.3, 0.2, 0.0, 0.0]], {},
                   [("draft_shorter_than_k", "positions 5, 6 accepted in exactly 0 of {drafts} drafts at k=7: try k=5")]),
+    # DeepSeek-V4.1 DSpark at k=7 with position 0 at 43 % (profile 2.82, threshold 2.365; AL 1.744
+    # and position 0 under the floor: degraded): the short draft first and alone (issue 31 item 4).
+    "dspark_v41_k7": ("deepseek-ai/DeepSeek-V4.1-Flash", [[0.43, 0.185, 0.08, 0.034, 0.015, 0.0, 0.0]], {},
+                      [("draft_shorter_than_k", "positions 5, 6 accepted in exactly 0 of {drafts} drafts at k=7: "
+                                                "try k=5")]),
     # A partly broken DeepSeek MTP head served as V4-Flash (profile 1.99 at k=2): 43 % / 10 %,
     # AL 1.53 < 1.74, one interval, nothing earlier: the head first, no history claimed.
     "partial_head": (FLASH, [[0.43, 0.10]], {},

@@ -290,7 +290,20 @@ def diagnose(
                     f"counters",
                 )
             )
+    short = [h for h in shape if h.cause == "draft_shorter_than_k"]
+    if short:
+        # Positions accepted in exactly 0 of many drafts: the draft is shorter than k, and that
+        # explains the low positions too (DSpark's 5-token block at k=7 lowers the first ones as
+        # well). It comes first, and only evidence of its own stands beside it: a restart or k
+        # change, a rank apart, a fall against history, a break among the live positions. A
+        # partly broken head read from the same low positions is not.
+        falls = [h for h in falls if h.cause in INDEPENDENT_OF_SHORT]
+        return tuple(short + falls + [h for h in shape if h not in short] + hints)
     return tuple(falls + shape + hints)
+
+
+# Causes that rest on evidence a draft shorter than k does not explain (diagnose).
+INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift")
 
 
 def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: BaselineProfile | None) -> bool:
