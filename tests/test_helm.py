@@ -17,7 +17,7 @@ from conftest import REPO, require
 from prom_harness import tool
 from vllm_specdec_exporter import config as cfg
 from vllm_specdec_exporter.generators.rules import VARIANTS
-from vllm_specdec_exporter.settings import build_settings
+from vllm_specdec_exporter.settings import ConfigError, build_settings
 
 CHART = REPO / "helm" / "vllm-specdec-exporter"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -280,16 +280,46 @@ def test_chart_readme_documents_every_value():
 
 # --- the example user chart (sidecar by include) and the plain manifests ---
 
-def test_umbrella_example_includes_the_sidecar(tmp_path):
-    work = tmp_path / "umbrella"
-    shutil.copytree(REPO / "examples" / "helm-vllm-with-sidecar", work, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+EXAMPLE = REPO / "examples" / "helm-vllm-with-sidecar"
+
+
+@pytest.fixture(scope="module")
+def umbrella(tmp_path_factory) -> Path:
+    """The example user chart, its dependency pointed at this chart and built."""
+    work = tmp_path_factory.mktemp("umbrella") / "umbrella"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
     chart_yaml = (work / "Chart.yaml").read_text().replace("file://../../helm/vllm-specdec-exporter", f"file://{CHART}")
     (work / "Chart.yaml").write_text(chart_yaml)
     helm("dependency", "build", ".", cwd=work)
-    docs = [d for d in yaml.safe_load_all(helm("template", "demo", ".", "--namespace", "llm", *CRDS, cwd=work).stdout) if d]
+    return work
+
+
+def render_umbrella(work: Path, *args: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(helm("template", "demo", ".", "--namespace", "llm", *CRDS, *args, cwd=work).stdout)
+            if d]
+
+
+VLLM_FLAGS = ("--vllm.model=", "--vllm.method=", "--vllm.k=", "--vllm.profile=")
+
+
+def sidecar_settings(docs: list[dict], tmp_path: Path):
+    """What the exporter makes of the sidecar as rendered: its args, with its ConfigMap as the file."""
+    from vllm_specdec_exporter.cli import build_parser
+    from vllm_specdec_exporter.settings import load_settings
+
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-config")]
+    (tmp_path / "config.yaml").write_text(cm["data"]["config.yaml"])
+    args = [a if not a.startswith("--config.file=") else f"--config.file={tmp_path / 'config.yaml'}"
+            for a in container(docs)["args"]]
+    return load_settings(vars(build_parser().parse_args(args)), {})
+
+
+def test_umbrella_example_includes_the_sidecar(umbrella):
+    docs = render_umbrella(umbrella)
     c = container(docs)
     standalone = container(render("-f", str(CHART / "ci" / "standalone-values.yaml")))
-    assert c == standalone  # the include renders exactly the chart's own container
+    # the include renders exactly the chart's own container, and what the vLLM beside it runs
+    assert {**c, "args": [a for a in c["args"] if not a.startswith(VLLM_FLAGS)]} == standalone
     pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
     (cfg_volume,) = [v for v in pod["volumes"] if v["name"] == "vllm-specdec-exporter-config"]
     configmaps = {d["metadata"]["name"] for d in by_kind(docs, "ConfigMap")}
@@ -298,6 +328,66 @@ def test_umbrella_example_includes_the_sidecar(tmp_path):
     pod_labels = by_kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert any(p["name"] == pm["spec"]["podMetricsEndpoints"][0]["port"] for p in c["ports"])
+
+
+def test_the_sidecar_gets_the_model_method_and_k_of_the_vllm_beside_it(umbrella, tmp_path):
+    """Issue 30 item 2: the example passes its own --model and --speculative-config to the include:
+    the sidecar's flags carry them (not a copy in the sidecar's values), and the exporter takes them."""
+    values = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
+    spec = json.loads(values["speculativeConfig"])
+    docs = render_umbrella(umbrella)
+    vllm = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert values["model"] in vllm["args"] and f"--speculative-config={values['speculativeConfig']}" in vllm["args"]
+    assert [a for a in container(docs)["args"] if a.startswith(VLLM_FLAGS)] == [
+        f"--vllm.model={values['model']}", f"--vllm.method={spec['method']}", f"--vllm.k={spec['num_speculative_tokens']}"]
+    (target,) = sidecar_settings(docs, tmp_path).targets
+    assert (target.url, target.model, target.method, target.k, target.profile) == (
+        "http://127.0.0.1:8000/metrics", "deepseek-ai/DeepSeek-V4-Flash", "mtp", 2, None)
+    # From the deployment itself: another model and k given to vLLM reach the sidecar with no other change.
+    k3 = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+    moved = render_umbrella(umbrella, "--set", "model=/weights/DeepSeek-V4-Pro", "--set-json", f"speculativeConfig={json.dumps(k3)}")
+    assert f"--speculative-config={k3}" in by_kind(moved, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    (target,) = sidecar_settings(moved, tmp_path).targets
+    assert (target.model, target.k) == ("/weights/DeepSeek-V4-Pro", 3)
+
+
+def test_a_profile_named_outright_reaches_the_sidecar_and_one_for_another_k_stops_the_chart(umbrella, tmp_path):
+    docs = render_umbrella(umbrella, "--set", "vllm-specdec-exporter.vllm.profile=deepseek-v4-flash-mtp-k2")
+    assert "--vllm.profile=deepseek-v4-flash-mtp-k2" in container(docs)["args"]
+    (target,) = sidecar_settings(docs, tmp_path).targets
+    assert (target.profile, target.k) == ("deepseek-v4-flash-mtp-k2", 2)
+    mine = '{"baselines":{"profiles":[{"name":"mine","model":"x","k":3,"mean_acceptance_length":2}]}}'
+    proc = helm("template", "demo", ".", "--set-json", f"vllm-specdec-exporter.config={mine}",
+                "--set", "vllm-specdec-exporter.vllm.profile=mine", cwd=umbrella, check=False)
+    assert proc.returncode != 0 and ("vllm.profile: mine is for k=3 (config.baselines.profiles), but vLLM's "
+                                     "--speculative-config has num_speculative_tokens 2") in proc.stderr, proc.stderr
+    # A shipped profile for another k: the chart cannot see it, the exporter refuses it at start-up.
+    docs = render_umbrella(umbrella, "--set", "vllm-specdec-exporter.vllm.profile=deepseek-v4-flash-mtp-k3")
+    with pytest.raises(ConfigError, match=r"--vllm\.profile: deepseek-v4-flash-mtp-k3 is for k=3, the target's k is 2"):
+        sidecar_settings(docs, tmp_path)
+
+
+@pytest.mark.parametrize("vllm, expected", [
+    ({"model": "/w/m", "speculativeConfig": {"method": "eagle3", "num_speculative_tokens": 4}, "profile": "p"},
+     ["--vllm.model=/w/m", "--vllm.method=eagle3", "--vllm.k=4", "--vllm.profile=p"]),
+    ({"speculativeConfig": '{"num_speculative_tokens": 1}'}, ["--vllm.k=1"]),
+    ({}, []),
+])
+def test_the_vllm_values_become_the_exporters_flags(vllm, expected, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text(json.dumps({"vllm": vllm}))
+    c = container(render("-f", str(CHART / "ci" / "standalone-values.yaml"), "-f", str(values)))
+    assert [a for a in c["args"] if a.startswith(VLLM_FLAGS)] == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set-string", "vllm.speculativeConfig=[1]"], "vllm.speculativeConfig: [1] is not vLLM's --speculative-config JSON"),
+    (["--set", "vllm.speculativeConfig=3"], "/vllm/speculativeConfig"),
+    (["--set", "vllm.modle=x"], "additional properties 'modle' not allowed"),
+])
+def test_bad_vllm_values_are_refused(args, message):
+    proc = helm("template", "rel", ".", "-f", str(CHART / "ci" / "standalone-values.yaml"), *args, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
 def test_plain_manifest_sidecar_matches_the_chart_and_validates():
@@ -315,3 +405,7 @@ def test_plain_manifest_sidecar_matches_the_chart_and_validates():
     assert container(docs) == standalone
     vllm = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     assert '--speculative-config={"method":"mtp","num_speculative_tokens":2}' in vllm["args"]
+    # The exporter's target says what that container runs (by hand here: the chart passes it).
+    (target,) = build_settings(yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["config.yaml"]), {}).targets
+    spec = json.loads(next(a for a in vllm["args"] if a.startswith("--speculative-config=")).split("=", 1)[1])
+    assert (target.model, target.method, target.k) == (vllm["args"][2], spec["method"], spec["num_speculative_tokens"])

@@ -28,6 +28,9 @@ def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--vllm.url", "http://127.0.0.1:1/m", "--poll.interval", "soon"], None, "config: --poll.interval: 'soon' is not a duration"),
         (["--vllm.url", "http://127.0.0.1:1/m", "--log.format", "xml"], None, "config: --log.format: 'xml' is not one of auto, json, console"),
         (["--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "9746"], None, "config: --web.listen-address: '9746' is not HOST:PORT"),
+        (["--vllm.url", "http://127.0.0.1:1/m", "--vllm.profile", "nope"], None, "config: --vllm.profile: 'nope' is not a baseline profile (known: "),
+        ([], "targets: [{url: 'http://127.0.0.1:1/m', profile: deepseek-v4-pro-mtp-k2, k: 3}]\n",
+         "config: targets[0].profile: deepseek-v4-pro-mtp-k2 is for k=2, the target's k is 3"),
         ([], "targets: [{url: 'http://127.0.0.1:1/m'}]\npoll: {intervall: 5s}\n", "config: poll.intervall: unknown key (valid: interval, timeout, max_backoff)"),
         ([], "targets: [{url: 'http://127.0.0.1:1/m'}]\nwindows: [1m, 60s]\n", "config: windows: durations must be distinct"),
         ([], "targets: [{url: 'http://127.0.0.1:1/m'}]\nhealth: {window: 2m}\n", "config: health.window: '2m' is not one of the windows"),
@@ -148,6 +151,10 @@ def test_flags_keys_and_environment_variables_map_one_way_from_one_table():
                 "--log.format": ("log.format", "VLLM_SPECDEC_EXPORTER_LOG_FORMAT"),
                 "--log.level": ("log.level", "VLLM_SPECDEC_EXPORTER_LOG_LEVEL"),
                 "--vllm.url": (None, "VLLM_SPECDEC_EXPORTER_VLLM_URL"),
+                "--vllm.model": (None, "VLLM_SPECDEC_EXPORTER_VLLM_MODEL"),
+                "--vllm.method": (None, "VLLM_SPECDEC_EXPORTER_VLLM_METHOD"),
+                "--vllm.k": (None, "VLLM_SPECDEC_EXPORTER_VLLM_K"),
+                "--vllm.profile": (None, "VLLM_SPECDEC_EXPORTER_VLLM_PROFILE"),
                 "--config.file": (None, "VLLM_SPECDEC_EXPORTER_CONFIG_FILE")}
     assert {f.flag: (f.key, f.env) for f in FLAGS} == expected
     serve = build_parser()._subparsers._group_actions[0].choices["serve"]

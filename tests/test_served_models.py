@@ -41,7 +41,7 @@ def metrics_body(t: float, model: str = "dsv4") -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def stand_in(models_handler, config_: dict | None = None, path: str = "/metrics"):
+async def stand_in(models_handler, config_: dict | None = None, path: str = "/metrics", flags: dict | None = None):
     clock = FakeClock()
     calls = {"models": 0}
 
@@ -57,7 +57,7 @@ async def stand_in(models_handler, config_: dict | None = None, path: str = "/me
     app.router.add_get(path.rsplit("/", 1)[0] + "/v1/models", models)
     runner, url = await start(app)
     settings = build_settings({"poll": {"interval": "5s", "timeout": "1s"}, **(config_ or {})},
-                              {"urls": [f"{url}{path}"], "listen_address": "127.0.0.1:0"})
+                              {"urls": [f"{url}{path}"], "listen_address": "127.0.0.1:0", **(flags or {})})
     exp = create_app(settings, mono=clock, start_polling=False)
     exp_runner, exp_url = await start(exp)
     try:
@@ -146,6 +146,86 @@ def test_the_operators_mapping_is_tried_after_the_root():
             assert (got["root"], got["profile"], got["profile_matched_by"]) == (
                 "/weights/x", "deepseek-v4-flash-mtp-k2", "alias")
     asyncio.run(go())
+
+
+async def not_found(request):
+    raise web.HTTPNotFound()
+
+
+async def no_root(request):
+    return web.json_response({"data": [{"id": "dsv4"}]})  # an older server: the id alone
+
+
+# Issue 30 item 2: the deployment's own --model and k (the Helm chart passes them), and a profile named outright.
+
+@pytest.mark.parametrize("models", [not_found, no_root], ids=["no /v1/models", "no root"])
+def test_the_targets_model_is_the_root_where_v1_models_names_none(models):
+    async def go():
+        async with stand_in(models, flags={"vllm_model": "deepseek-ai/DeepSeek-V4-Pro", "vllm_k": "2"}) as (
+                poller, url, session, clock, _):
+            with capture_logs() as logs:
+                for _ in range(3):
+                    clock.t += 5
+                    assert await poller.poll_once() == "success"
+            assert await info(session, url) == [{
+                "target": "vllm", "model_name": "dsv4", "root": "deepseek-ai/DeepSeek-V4-Pro",
+                "profile": "deepseek-v4-pro-mtp-k2", "profile_matched_by": "root"}]
+            assert poller.view.models[0].health == "ok"
+            assert not [e for e in logs if e["event"] == "no_baseline"]
+    asyncio.run(go())
+
+
+def test_v1_models_root_wins_over_the_targets_model():
+    async def go():
+        async with stand_in(answer_vllm, flags={"vllm_model": "deepseek-ai/DeepSeek-V4-Flash"}) as (
+                poller, url, session, clock, _):
+            clock.t += 5
+            await poller.poll_once()
+            [got] = await info(session, url)
+            assert (got["root"], got["profile"]) == ("/mnt/weights/deepseek-ai/DeepSeek-V4-Pro-W4A16", "deepseek-v4-pro-mtp-k2")
+    asyncio.run(go())
+
+
+def test_a_profile_named_by_the_target_comes_first():
+    """The served name and the root both match V4-Pro; the target names the V4-Flash profile: it wins."""
+    async def go():
+        async with stand_in(answer_vllm, flags={"vllm_profile": "deepseek-v4-flash-mtp-k2"}) as (
+                poller, url, session, clock, _):
+            clock.t += 5
+            await poller.poll_once()
+            [got] = await info(session, url)
+            assert (got["profile"], got["profile_matched_by"]) == ("deepseek-v4-flash-mtp-k2", "config")
+            assert poller.view.models[0].profile.mean_acceptance_length == 1.99
+    asyncio.run(go())
+
+
+def test_a_named_profile_for_another_k_applies_to_none_and_the_log_says_why_once():
+    async def go():
+        # The counters say k=2; the target names the k=3 profile (no k declared, so settings could not refuse it).
+        async with stand_in(answer_vllm, flags={"vllm_profile": "deepseek-v4-pro-mtp-k3"}) as (
+                poller, url, session, clock, _):
+            with capture_logs() as logs:
+                for _ in range(3):
+                    clock.t += 5
+                    await poller.poll_once()
+            [got] = await info(session, url)
+            assert (got["profile"], got["profile_matched_by"]) == ("", "none")  # no fallback to the root's V4-Pro k=2
+            said = [e["warning"] for e in logs if e["event"] == "no_baseline"]
+            assert said == ["no healthy reference for dsv4 at k=2: the target's profile deepseek-v4-pro-mtp-k3 is for "
+                            "k=3 and applies at that k only; name the one for k=2, or leave the profile out to match "
+                            "one by model"]
+    asyncio.run(go())
+
+
+def test_find_profile_a_named_profile_first_and_alone():
+    from vllm_specdec_exporter.settings import default_profiles
+
+    profiles = default_profiles()
+    pro = "deepseek-ai/DeepSeek-V4-Pro"
+    assert find_profile(profiles, {}, pro, pro, 2, None, "deepseek-v4-flash-mtp-k2")[1] == "config"
+    assert find_profile(profiles, {}, pro, pro, 3, None, "deepseek-v4-flash-mtp-k2") == (None, "none")
+    assert find_profile(profiles, {}, pro, pro, 2, "eagle3", "deepseek-v4-flash-mtp-k2") == (None, "none")
+    assert find_profile(profiles, {}, "x", pro, 2, None)[1] == "root"
 
 
 def test_find_profile_order_served_name_root_alias():

@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from vllm_specdec_exporter.settings import ConfigError, load_settings
+from vllm_specdec_exporter.settings import ConfigError, build_settings, load_settings
 
 URL = "http://127.0.0.1:1/metrics"
 LONG = "x" * 100_000  # a value that must never be quoted whole
@@ -74,6 +74,9 @@ def _config(**top) -> str:
         (json.dumps({"targets": [{"url": URL, "name": LONG}]}), "targets[0].name: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "method": [LONG]}]}), "targets[0].method: a list is not a string"),
         (json.dumps({"targets": [{"url": URL, "producer": LONG}]}), "targets[0].producer: 'xxx"),
+        (json.dumps({"targets": [{"url": URL, "model": LONG}]}), "targets[0].model: 'xxx"),
+        (json.dumps({"targets": [{"url": URL, "profile": LONG}]}), "targets[0].profile: 'xxx"),
+        (json.dumps({"targets": [{"url": URL, "k": LONG}]}), "targets[0].k: 'xxx"),
         (_config(web={"listen_address": LONG}), "web.listen_address: 'xxx"),
         (_config(web={"listen_address": LONG + ":99999"}), "web.listen_address: 'xxx"),
         (_config(web={"config": {"file": [LONG]}}), "web.config.file: a list is not a file path"),
@@ -104,3 +107,72 @@ def test_an_error_quotes_at_most_a_hundred_characters_of_the_file(tmp_path, text
     error = refusal(tmp_path, text)
     assert expected in error and "\n" not in error, error[:300]
     assert len(error.replace(str(tmp_path / "config.yaml"), "")) < 400, error[:500]
+
+
+# --- issue 30 item 2: what the deployment runs (its --model, k, method) and a profile named outright ---
+
+
+def target_of(target: dict, flags: dict | None = None, env: dict | None = None, **top):
+    data = {"targets": [{"url": URL, **target}], **top}
+    return (load_settings(flags or {}, env) if env else build_settings(data, flags or {})).targets[0]
+
+
+def test_a_targets_model_k_method_and_profile():
+    t = target_of({"model": "deepseek-ai/DeepSeek-V4-Flash", "k": 2, "method": "mtp", "profile": "deepseek-v4-flash-mtp-k2"})
+    assert (t.model, t.k, t.method, t.profile) == ("deepseek-ai/DeepSeek-V4-Flash", 2, "mtp", "deepseek-v4-flash-mtp-k2")
+    unset = target_of({})
+    assert (unset.model, unset.k, unset.profile) == (None, None, None)
+    # A profile of the file's own may be named, and include_defaults: false leaves only those to name.
+    mine = {"profiles": [{"name": "mine", "model": "x", "k": 3, "mean_acceptance_length": 2.0}], "include_defaults": False}
+    assert target_of({"profile": "mine", "k": 3}, baselines=mine).profile == "mine"
+
+
+@pytest.mark.parametrize(
+    "target, top, expected",
+    [
+        ({"profile": "nope"}, {}, "config: targets[0].profile: 'nope' is not a baseline profile (known: "
+                                  "deepseek-v4-pro-mtp-k1, deepseek-v4-pro-mtp-k2, "),
+        ({"profile": "deepseek-v4-flash-mtp-k2"},
+         {"baselines": {"include_defaults": False, "profiles": [{"name": "mine", "model": "x", "k": 2,
+                                                                 "mean_acceptance_length": 2.0}]}},
+         "config: targets[0].profile: 'deepseek-v4-flash-mtp-k2' is not a baseline profile (known: mine)"),
+        ({"profile": "deepseek-v4-flash-mtp-k2", "k": 3}, {},
+         "config: targets[0].profile: deepseek-v4-flash-mtp-k2 is for k=2, the target's k is 3: name the profile for k=3"),
+        ({"profile": "deepseek-v4-flash-mtp-k2", "method": "eagle3"}, {},
+         "config: targets[0].profile: deepseek-v4-flash-mtp-k2 is for method mtp, the target's method is eagle3"),
+        ({"profile": 2}, {}, "config: targets[0].profile: 2 is not a string of 1 to 256 characters (a baseline profile's name)"),
+        ({"profile": ""}, {}, "config: targets[0].profile: '' is not a string of 1 to 256"),
+        ({"model": ["a"]}, {}, "config: targets[0].model: a list is not a string of 1 to 256 characters (vLLM's --model"),
+        ({"model": ""}, {}, "config: targets[0].model: '' is not a string"),
+        ({"k": "2"}, {}, "config: targets[0].k: '2' is not an integer (valid: 1 to 64)"),
+        ({"k": 2.0}, {}, "config: targets[0].k: 2.0 is not an integer"),
+        ({"k": True}, {}, "config: targets[0].k: True is not an integer"),
+        ({"k": 0}, {}, "config: targets[0].k: 0 is out of range (valid: 1 to 64)"),
+        ({"k": 65}, {}, "config: targets[0].k: 65 is out of range (valid: 1 to 64)"),
+    ],
+)
+def test_a_bad_model_k_or_profile_is_one_line_naming_the_key(target, top, expected):
+    with pytest.raises(ConfigError) as refused:
+        target_of(target, **top)
+    assert str(refused.value).startswith(expected) and "\n" not in str(refused.value), str(refused.value)
+
+
+def test_the_vllm_flags_and_variables_set_every_target_over_the_file():
+    flags = {"vllm_model": "/weights/v4-flash", "vllm_k": "2", "vllm_method": "mtp", "vllm_profile": "deepseek-v4-flash-mtp-k2"}
+    file_target = {"model": "other", "k": 5, "method": "eagle3", "profile": "deepseek-v4-pro-mtp-k5"}
+    t = target_of(file_target, flags)
+    assert (t.model, t.k, t.method, t.profile) == ("/weights/v4-flash", 2, "mtp", "deepseek-v4-flash-mtp-k2")
+    many = build_settings({}, {"urls": ["a=http://a:1/metrics", "b=http://b:1/metrics"], **flags}).targets
+    assert {(u.model, u.k, u.profile) for u in many} == {("/weights/v4-flash", 2, "deepseek-v4-flash-mtp-k2")}
+    env = {"VLLM_SPECDEC_EXPORTER_VLLM_URL": URL, "VLLM_SPECDEC_EXPORTER_VLLM_K": "2",
+           "VLLM_SPECDEC_EXPORTER_VLLM_PROFILE": "deepseek-v4-flash-mtp-k2"}
+    from_env = target_of({}, env=env)
+    assert (from_env.k, from_env.profile) == (2, "deepseek-v4-flash-mtp-k2")
+    for bad, expected in (({"vllm_k": "2.5"}, "config: --vllm.k: '2.5' is not an integer (valid: 1 to 64)"),
+                          ({"vllm_k": "x"}, "config: --vllm.k: 'x' is not an integer"),
+                          ({"vllm_profile": "nope"}, "config: --vllm.profile: 'nope' is not a baseline profile (known: "),
+                          ({"vllm_k": "3", "vllm_profile": "deepseek-v4-flash-mtp-k2"},
+                           "config: --vllm.profile: deepseek-v4-flash-mtp-k2 is for k=2, the target's k is 3")):
+        with pytest.raises(ConfigError) as refused:
+            target_of({}, bad)
+        assert str(refused.value).startswith(expected), str(refused.value)

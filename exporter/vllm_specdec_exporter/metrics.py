@@ -93,9 +93,9 @@ FAMILIES: dict[str, Family] = {
             "gauge",
             (T, M, "root", "profile", "profile_matched_by"),
             "What a served model is: its root as vLLM's /v1/models names it (--model, an HF id or a weights path; "
-            "empty when unknown), the baseline profile found for it (empty: none) and how it was found "
-            "(served_name, root, alias or none: no healthy reference, so a head partly broken from the start "
-            "cannot be told from a healthy one). Always 1.",
+            "else the target's model; empty when unknown), the baseline profile found for it (empty: none) and how "
+            "it was found (config: the target names it, served_name, root, alias, or none: no healthy reference, so "
+            "a head partly broken from the start cannot be told from a healthy one). Always 1.",
         ),
         Family(
             "health",

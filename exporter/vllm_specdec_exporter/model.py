@@ -65,14 +65,15 @@ class BaselineProfile:
     mean_acceptance_length: float
     method: str | None = None
 
+    def fits(self, k: int, method: str | None) -> bool:
+        # vLLM does not expose the method: a target that does not declare one
+        # matches on model and k alone.
+        return self.k == k and (self.method is None or method is None or self.method == method)
+
     def matches(self, model_name: str, k: int, method: str | None) -> bool:
         # The name is the target's choice: capped, and the pattern was checked at load
         # (_safe_pattern), so matching cannot backtrack for long.
-        if self.k != k or len(model_name) > config.MAX_LABEL_VALUE_LENGTH or not self.model.search(model_name):
-            return False
-        # vLLM does not expose the method: a target that does not declare one
-        # matches on model and k alone.
-        return self.method is None or method is None or self.method == method
+        return self.fits(k, method) and len(model_name) <= config.MAX_LABEL_VALUE_LENGTH and bool(self.model.search(model_name))
 
 
 @dataclass(frozen=True, slots=True)

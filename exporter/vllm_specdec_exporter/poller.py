@@ -20,7 +20,7 @@ import structlog
 
 from . import config, parse_pool
 from .derive import invariant_violations
-from .health import NO_BASELINE
+from .health import NO_BASELINE, named_profile
 from .history import Observation, TargetHistory
 from .metrics import sample
 from .model import Counters, SeriesKey, series_name
@@ -276,8 +276,7 @@ class TargetPoller:
         self._remember_position0(now, models)
         for mv in models:
             if mv.profile is None:
-                root = f" (root {mv.root})" if mv.root and mv.root != mv.model_name else ""
-                self._warn_once(f"no healthy reference for {mv.model_name}{root} at k={mv.k}: {NO_BASELINE}", "no_baseline")
+                self._warn_once(self._no_profile(mv), "no_baseline")
         counted = self._counted("success", duration)
         if not view.up or view.last_error:
             log.info("target_up", target=self.target.name, url=view.url)
@@ -348,8 +347,20 @@ class TargetPoller:
     ) -> tuple[tuple[ModelView, ...], dict[str, float]]:
         """The model views and each window's span, from one reading of the history's windows."""
         windows = history_windows(self.history, self.settings)
-        models = model_views(windows, raw, self.settings, self.target.method, changes, position0_healthy, self.served)
+        models = model_views(windows, raw, self.settings, self.target, changes, position0_healthy, self.served)
         return models, {label: w.span_seconds for label, w in windows.items()}
+
+    def _no_profile(self, mv: ModelView) -> str:
+        """Why a model has no profile, said once (no_baseline)."""
+        named = self.target.profile and named_profile(self.settings.baselines, self.target.profile)
+        if named:  # a name and method settings checked: only the counters' k can differ
+            return (
+                f"no healthy reference for {mv.model_name} at k={mv.k}: the target's profile {named.name} is for "
+                f"k={named.k} and applies at that k only; name the one for k={mv.k}, or leave the profile out to "
+                f"match one by model"
+            )
+        root = f" (root {mv.root})" if mv.root and mv.root != mv.model_name else ""
+        return f"no healthy reference for {mv.model_name}{root} at k={mv.k}: {NO_BASELINE}"
 
     def _warn_once(self, message: str, event: str = "target_warning") -> None:
         # Upstream problems are logged when first seen, not on every poll. What is

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from . import config
 from .adapters import PRODUCERS
 from .errors import ConfigError, clip, shown, shown_key
+from .health import named_profile
 from .model import BaselineProfile
 from .sources import redact_url
 
@@ -50,7 +51,7 @@ LIMITS: dict[str, Limit] = {
     # AL = 1 + accepted / drafts <= k + 1 (checked per profile too).
     "baselines.profiles[].mean_acceptance_length": Limit(1.0, config.MAX_K + 1),
 }
-TARGET_KEYS = ("name", "url", "method", "bearer_token_file", "producer")
+TARGET_KEYS = ("name", "url", "method", "bearer_token_file", "producer", "model", "k", "profile")
 PROFILE_KEYS = ("name", "model", "k", "method", "mean_acceptance_length")
 PROFILE_REQUIRED = ("name", "model", "k", "mean_acceptance_length")
 
@@ -62,6 +63,10 @@ class Target:
     method: str | None = None  # mtp, eagle3, dspark, ...: vLLM does not expose it
     bearer_token_file: str | None = None
     producer: str | None = None  # one of adapters.PRODUCERS; None: detected from each payload
+    # What the deployment runs, from its own arguments (the Helm chart passes them), and a profile named outright.
+    model: str | None = None  # vLLM's --model (HF id or weights path): matched as /v1/models' root where that names none
+    k: int | None = None  # num_speculative_tokens: a named profile must be for it
+    profile: str | None = None  # a baseline profile's name: used instead of matching one (health.find_profile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +193,38 @@ def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict[str, str]]:
     return out
 
 
+def _deployment(key_of: Callable[[str], str], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A target's method, model, k and profile where given, checked (a profile's name against
+    the profiles by _named); ``key_of`` names a key in errors."""
+    out: dict[str, Any] = {}
+    method = raw.get("method")
+    if method is not None and not isinstance(method, str):
+        raise ConfigError(key_of("method"), f"{shown(method)} is not a string (e.g. mtp, eagle3)")
+    for key, what in (("model", "vLLM's --model: an HF id or a weights path"), ("profile", "a baseline profile's name")):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= config.MAX_LABEL_VALUE_LENGTH):
+            raise ConfigError(
+                key_of(key), f"{shown(value)} is not a string of 1 to {config.MAX_LABEL_VALUE_LENGTH} characters ({what})"
+            )
+        out[key] = value
+    k = raw.get("k")
+    return {**out, "method": method, "k": None if k is None else int(_limited(key_of("k"), k, "baselines.profiles[].k"))}
+
+
+def _named(key: str, target: Target, profiles: Sequence[BaselineProfile]) -> None:
+    """A profile named outright exists, and is for the target's k and method where declared."""
+    if target.profile is None:
+        return
+    p = named_profile(profiles, target.profile)
+    if p is None:
+        known = ", ".join(dict.fromkeys(q.name for q in profiles)) or "none"
+        raise ConfigError(key, f"{shown(target.profile)} is not a baseline profile (known: {clip(known, 1000)})")
+    if target.k is not None and p.k != target.k:
+        raise ConfigError(key, f"{p.name} is for k={p.k}, the target's k is {target.k}: name the profile for k={target.k}")
+    if not p.fits(p.k, target.method):  # matching's rule for the method
+        raise ConfigError(key, f"{p.name} is for method {p.method}, the target's method is {target.method}")
+
+
 def _target(key: str, raw: Any) -> Target:
     raw = _mapping(key, raw, TARGET_KEYS)
     if "url" not in raw:
@@ -195,9 +232,6 @@ def _target(key: str, raw: Any) -> Target:
     name = raw.get("name", config.DEFAULT_TARGET_NAME)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ConfigError(f"{key}.name", f"{shown(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
-    method = raw.get("method")
-    if method is not None and not isinstance(method, str):
-        raise ConfigError(f"{key}.method", f"{shown(method)} is not a string (e.g. mtp, eagle3)")
     token_file = raw.get("bearer_token_file")
     if token_file is not None and not isinstance(token_file, str):
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
@@ -207,7 +241,8 @@ def _target(key: str, raw: Any) -> Target:
             f"{key}.producer",
             f"{shown(producer)} is not a known producer (one of {', '.join(PRODUCERS)}; leave it out to detect it)",
         )
-    return Target(name, _url(f"{key}.url", raw["url"]), method, token_file, producer)
+    deployment = _deployment(lambda k: f"{key}.{k}", raw)
+    return Target(name, _url(f"{key}.url", raw["url"]), bearer_token_file=token_file, producer=producer, **deployment)
 
 
 def _profile(key: str, raw: Any) -> BaselineProfile:
@@ -362,7 +397,11 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         raw_targets, target_key = data.get("targets"), "targets"
     if not raw_targets or not isinstance(raw_targets, list):
         raise ConfigError(target_key, "at least one vLLM /metrics URL is needed (--vllm.url or targets: in the file)")
-    targets = tuple(_target(f"{target_key}[{i}]", t) for i, t in enumerate(raw_targets))
+    # --vllm.model, --vllm.k, ...: one key set on every target (over the file's).
+    given = {key: f for f in FLAGS if (key := f.target_key) and f.dest in overrides}
+    flagged = {key: _flag_value(f, overrides[f.dest]) for key, f in given.items()}
+    deployment = {k: v for k, v in _deployment(lambda k: given[k].flag, flagged).items() if k in given}
+    targets = tuple(replace(_target(f"{target_key}[{i}]", t), **deployment) for i, t in enumerate(raw_targets))
     names: set[str] = set()
     for t in targets:
         if t.name in names:
@@ -419,6 +458,8 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         raise ConfigError("baselines.include_defaults", f"{shown(include_defaults)} is not true or false")
     if include_defaults:
         profiles += default_profiles()
+    for i, t in enumerate(targets):
+        _named(given["profile"].flag if "profile" in given else f"{target_key}[{i}].profile", t, profiles)
 
     fmt_key = "--log.format" if "log_format" in overrides else "log.format"
     level_key = "--log.level" if "log_level" in overrides else "log.level"
@@ -458,6 +499,7 @@ class Flag:
     help: str
     in_file: bool = True  # False: a flag with no key (the file's own name; --vllm.url, whose file form is targets:)
     repeat: bool = False
+    target_key: str | None = None  # the key of every target this flag sets (--vllm.model: targets[].model)
 
     @property
     def key(self) -> str | None:
@@ -477,6 +519,40 @@ FLAGS = (
         in_file=False,
         repeat=True,
     ),
+    # What the deployment runs, for every target: the Helm chart passes its vLLM's own arguments.
+    Flag(
+        "--vllm.model",
+        "vllm_model",
+        "MODEL",
+        "vLLM's --model, an HF id or a weights path: profiles are matched by it where /v1/models names none "
+        "(every target's; the file's form is targets[].model)",
+        in_file=False,
+        target_key="model",
+    ),
+    Flag(
+        "--vllm.method",
+        "vllm_method",
+        "METHOD",
+        "the speculative method: mtp, eagle3, ... (every target's; the file's form is targets[].method)",
+        in_file=False,
+        target_key="method",
+    ),
+    Flag(
+        "--vllm.k",
+        "vllm_k",
+        "K",
+        "num_speculative_tokens: a named profile must be for it (every target's; the file's form is targets[].k)",
+        in_file=False,
+        target_key="k",
+    ),
+    Flag(
+        "--vllm.profile",
+        "vllm_profile",
+        "NAME",
+        "the baseline profile, named outright instead of matched (every target's; the file's form is targets[].profile)",
+        in_file=False,
+        target_key="profile",
+    ),
     Flag("--web.listen-address", "listen_address", "[HOST]:PORT", f"where to serve (default {config.DEFAULT_LISTEN_ADDRESS})"),
     Flag(
         "--web.config.file",
@@ -489,6 +565,13 @@ FLAGS = (
     Flag("--log.level", "log_level", "|".join(config.LOG_LEVELS), "default info"),
     Flag("--config.file", "config_file", "FILE", "YAML config: everything the flags set and more", in_file=False),
 )
+
+
+def _flag_value(flag: Flag, value: Any) -> Any:
+    """A flag's text as its key's type: --vllm.k 2 is the integer 2 (anything else is refused as not one)."""
+    if flag.target_key == "k" and isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return value
 
 
 def flags_markdown() -> str:

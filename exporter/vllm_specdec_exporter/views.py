@@ -14,7 +14,7 @@ from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Earlier, Hint, Verdict, find_profile, judge
 from .history import TargetHistory, WindowDelta
 from .model import BaselineProfile, Counters, SeriesKey, series_name
-from .settings import Settings
+from .settings import Settings, Target
 from .summary import engine_order
 
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -46,8 +46,9 @@ class ModelView:
     health_reason: str = ""  # why, in one line (names the engine when one is the cause)
     engine_health: Mapping[str, str] = field(default_factory=dict)  # engine -> state
     health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
-    root: str | None = None  # what vLLM's /v1/models says the served name serves (--model), when known
-    profile_matched_by: str = "none"  # health.MATCHED_BY: served_name, root, alias or none
+    # What the served name serves (--model), when known: vLLM's /v1/models, else the target's model.
+    root: str | None = None
+    profile_matched_by: str = "none"  # health.MATCHED_BY: config, served_name, root, alias or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,21 +94,25 @@ def model_views(
     windows: Mapping[str, WindowDelta],
     raw: Mapping[SeriesKey, Counters],
     settings: Settings,
-    method: str | None,
+    target: Target | None,
     changes: Mapping[str, Sequence[str]] | None = None,
     position0_healthy: Collection[str] = (),
     roots: Mapping[str, str] | None = None,
 ) -> tuple[ModelView, ...]:
     """Derived figures per model and window (``history_windows``), summed over
     engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
-    /v1/models), where known: a profile is looked for under both (health.find_profile)."""
+    /v1/models), where known; where not (or where it names no root but the served name
+    itself), the ``target``'s model. A profile is looked for under both, unless the target
+    names one outright (health.find_profile)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
     per_model: dict[str, dict[str, ModelWindow]] = {m: {} for m in k_by_model}
-    roots = roots or {}
+    roots = {m: root for m in k_by_model if (root := _root(m, (roots or {}).get(m), target))}
+    method, named = (target.method, target.profile) if target is not None else (None, None)
     found = {
-        m: find_profile(settings.baselines, settings.profile_aliases, m, roots.get(m), k, method) for m, k in k_by_model.items()
+        m: find_profile(settings.baselines, settings.profile_aliases, m, roots.get(m), k, method, named)
+        for m, k in k_by_model.items()
     }
     profiles = {m: profile for m, (profile, _) in found.items()}
     judged: dict[str, Verdict] = {}
@@ -158,6 +163,14 @@ def model_views(
             )
         )
     return tuple(views)
+
+
+def _root(served: str, root: str | None, target: Target | None) -> str | None:
+    """What a served name serves: /v1/models' root, else (no answer, or one naming no root
+    but the id itself) the target's model, the deployment's --model."""
+    if (root is None or root == served) and target is not None and target.model:
+        return target.model
+    return root
 
 
 def _earlier(windows: Mapping[str, WindowDelta], settings: Settings, model: str, position0_healthy: bool) -> Earlier:

@@ -262,9 +262,10 @@ async def landing(request: web.Request) -> web.Response:
                 else f"no profile: {esc(NO_BASELINE)}"
             )
             if mv.profile and mv.profile_matched_by != "served_name":
-                baseline += f", matched by {esc(mv.profile_matched_by.replace('_', ' '))}"
+                how = mv.profile_matched_by.replace("_", " ")
+                baseline += ", named by the target" if how == "config" else f", matched by {esc(how)}"
             if mv.root and mv.root != mv.model_name:
-                baseline += f"; serves {esc(mv.root)} (/v1/models)"
+                baseline += f"; serves {esc(mv.root)} (its --model)"
             bars = ""
             if st is not None and st.num_drafts >= settings.min_drafts:
                 for i, fraction in enumerate(st.per_position_acceptance):

@@ -40,6 +40,10 @@ def config_schema(old: Schema) -> Schema:
     target_props = {k: target["properties"].get(k, {"type": "string"}) for k in s.TARGET_KEYS}
     target_props["name"] = {"type": "string", "pattern": f"^{s._NAME_RE.pattern}$"}
     target_props["producer"] = {"description": "optional: detected from the payload when left out", "enum": list(PRODUCERS)}
+    # What the deployment runs: the exporter's own checks (settings._deployment); descriptions kept.
+    for key in ("model", "profile"):
+        target_props[key] = {**target_props[key], "type": "string", "minLength": 1, "maxLength": c.MAX_LABEL_VALUE_LENGTH}
+    target_props["k"] = {**target_props["k"], **limit("baselines.profiles[].k")}
     health: Schema = {
         "window": {
             **DURATION,

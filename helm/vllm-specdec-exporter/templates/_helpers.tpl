@@ -126,10 +126,22 @@ sampleLimit: {{ . }}
 {{- end -}}
 
 {{/*
-The exporter container. Include it in the vLLM pod's containers:
+The exporter container. Include it in the vLLM pod's containers, with what that vLLM is
+given (its --model and --speculative-config, from your values), so that the exporter knows
+the deployment's model and k, and so its baseline profile, from the deployment itself:
+  {{- include "vllm-specdec-exporter.container" (dict "chart" (index .Subcharts "vllm-specdec-exporter") "model" .Values.model "speculativeConfig" .Values.speculativeConfig) | nindent 8 }}
+"model", "speculativeConfig" and "profile" stand over this chart's `vllm` values of the same
+names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
   {{- include "vllm-specdec-exporter.container" (index .Subcharts "vllm-specdec-exporter") | nindent 8 }}
 */}}
 {{- define "vllm-specdec-exporter.container" -}}
+{{- if hasKey . "chart" }}
+{{- $unknown := without (keys .) "chart" "model" "speculativeConfig" "profile" }}
+{{- if $unknown }}
+{{- fail (printf "vllm-specdec-exporter.container: unknown key %s (valid: chart, model, speculativeConfig, profile)" (sortAlpha $unknown | join ", ")) }}
+{{- end }}
+{{- include "vllm-specdec-exporter.container" (dict "Values" .chart.Values "Chart" .chart.Chart "vllm" (omit . "chart")) }}
+{{- else }}
 - name: vllm-specdec-exporter
   image: {{ include "vllm-specdec-exporter.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -139,6 +151,9 @@ The exporter container. Include it in the vLLM pod's containers:
     - --web.listen-address=:{{ .Values.port }}
     {{- if .Values.webConfig.secretName }}
     - --web.config.file={{ include "vllm-specdec-exporter.webConfigDir" . }}/{{ .Values.webConfig.key }}
+    {{- end }}
+    {{- with include "vllm-specdec-exporter.vllmArgs" . | trim }}
+    {{- . | nindent 4 }}
     {{- end }}
     {{- with .Values.extraArgs }}
     {{- toYaml . | nindent 4 }}
@@ -189,6 +204,56 @@ The exporter container. Include it in the vLLM pod's containers:
     {{- with .Values.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+What the vLLM runs, as the exporter's --vllm.* flags (every target's model, method, k and
+profile): the include's "model", "speculativeConfig" and "profile" (under .vllm) over the
+`vllm` values. The method and k are read from vLLM's --speculative-config (JSON text, or a
+mapping). A profile of config.baselines.profiles for another k than that is refused here;
+the exporter refuses the rest at start-up (an unknown name, a shipped profile for another k).
+*/}}
+{{- define "vllm-specdec-exporter.vllmArgs" -}}
+{{- $given := .vllm | default dict }}
+{{- $values := .Values.vllm | default dict }}
+{{- $model := index $given "model" | default $values.model }}
+{{- $profile := index $given "profile" | default $values.profile }}
+{{- $spec := index $given "speculativeConfig" | default $values.speculativeConfig | default dict }}
+{{- if kindIs "string" $spec }}
+{{- $text := $spec }}
+{{- $spec = fromJson $text }}
+{{- if hasKey $spec "Error" }}
+{{- fail (printf "vllm.speculativeConfig: %s is not vLLM's --speculative-config JSON object (%s)" (trunc 100 $text) $spec.Error) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "map" $spec) }}
+{{- fail (printf "vllm.speculativeConfig: %s is not vLLM's --speculative-config (JSON text or a mapping)" (trunc 100 (toJson $spec))) }}
+{{- end }}
+{{- $k := index $spec "num_speculative_tokens" }}
+{{- if and $profile $k }}
+{{- $first := true }}
+{{- range (((.Values.config | default dict).baselines | default dict).profiles | default list) }}
+{{- if and $first (eq (toString .name) (toString $profile)) }}
+{{- $first = false }}
+{{- if ne (float64 .k) (float64 $k) }}
+{{- fail (printf "vllm.profile: %s is for k=%v (config.baselines.profiles), but vLLM's --speculative-config has num_speculative_tokens %v: name the profile for k=%v, or leave vllm.profile out to match one by model" $profile .k $k $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $model }}
+- {{ printf "--vllm.model=%v" . | quote }}
+{{- end }}
+{{- with index $spec "method" }}
+- {{ printf "--vllm.method=%v" . | quote }}
+{{- end }}
+{{- with $k }}
+- {{ printf "--vllm.k=%v" . | quote }}
+{{- end }}
+{{- with $profile }}
+- {{ printf "--vllm.profile=%v" . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* The volumes the container needs: add them to the vLLM pod's volumes. */}}
