@@ -21,7 +21,7 @@ from promtool_cases import FLASH, FLASH_SAMPLING_BUG, PRO, PRO_BROKEN, PRO_HEALT
 REPO = Path(__file__).resolve().parent.parent
 ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
           "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
-          "VLLMSpecDecodeAcceptanceDropped")
+          "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeDraftChainBroken")
 BREAK, END = 60, 110
 
 
@@ -43,6 +43,8 @@ FIGURES = {
         FLASH, [mix(1000, [980, 640, 150])], [mix(1000, [70, 15, 5])]),
     "missing draft context, V4-Flash k=2 (16 %, AL 1.32)": (
         FLASH, [mix(1000, [700, 290])], [mix(1000, [220, 100])]),
+    "chain broken after position 0, V4-Pro k=3 (SGLang: .894 / .223 / .054; AL 2.17)": (
+        PRO, [mix(1000, [999, 710, 333])], [mix(1000, [894, 223, 54])]),
 }
 
 

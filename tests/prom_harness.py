@@ -63,7 +63,7 @@ HEALTHY_AL = 1 + 0.924 + 0.687
 E2E_OPTIONS = rules.Options(
     ranges={"5m": "8s", "30m": "16s", "1h": "30s"},
     fors={**rules.DEFAULT_FORS, "VLLMSpecDecodeAcceptanceCollapsed": "4s", "VLLMSpecDecodeEngineCollapsed": "4s"},
-    thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
+    thresholds=rules.default_options().thresholds, day_range="60s", unreachable_range="30s",
 )
 E2E_EXPORTER_CONFIG = {"windows": ["8s", "1m"], "health": {"window": "8s"}, "min_drafts": 10}
 

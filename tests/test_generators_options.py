@@ -36,10 +36,10 @@ def test_custom_windows_with_the_alert_windows_among_them_leave_nothing_dangling
     assert_no_dangling(o)
     for variant, rs in all_rules(o).items():
         suffixes = {r["record"].rsplit(":", 1)[1] for r in rs if "record" in r}
-        # Only the recorded windows, the day-long series (k's range over the day too) and the max:
-        # nothing of the defaults' 30m.
-        assert suffixes == {"rate5m", "rate1h", "ratio_rate5m", "ratio_rate1h", "rate1d", "ratio_rate1d", "max",
-                            "max_over_time1d", "changes1d"}, variant
+        # Only the recorded windows, the day's best hours, k as a label and the max: nothing of
+        # the defaults' 30m.
+        assert suffixes == {"rate5m", "rate1h", "ratio_rate5m", "ratio_rate1h", "max", "max_over_time1d",
+                            "count_values"}, variant
         text = yaml.safe_dump(rules.rule_file(variant, o))
         # (TargetDown's "unreachable for 30m" is config.TARGET_UNREACHABLE_AFTER, not a window.)
         assert not re.findall(r"rate30m|\[30m\]|offset 30m|over (?:the last )?30m", text), variant
@@ -47,11 +47,9 @@ def test_custom_windows_with_the_alert_windows_among_them_leave_nothing_dangling
     proc = subprocess.run([tool("promtool"), "check", "rules", *(str(p) for p in sorted(tmp_path.glob("*.yaml")))],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # The trend alerts read the 1h series and say so.
+    # The trend alert reads the 1h series and says so.
     alerts = {r["alert"]: r for r in all_rules(o)["sidecar"] if "alert" in r}
-    dropped = alerts["VLLMSpecDecodeAcceptanceDropped"]
-    assert "mean_acceptance_length:ratio_rate1h" in dropped["expr"] and "offset 1h" in dropped["expr"]
-    assert "over the last 1h" in dropped["annotations"]["description"]
+    assert "acceptance_ratio:ratio_rate1h" in alerts["VLLMSpecDecodeAcceptanceSuspiciouslyHigh"]["expr"]
     assert "over 1h" in alerts["VLLMSpecDecodeAcceptanceSuspiciouslyHigh"]["annotations"]["description"]
 
 
@@ -68,14 +66,15 @@ def test_dashboards_follow_the_windows_and_read_only_recorded_series():
 
 
 @pytest.mark.parametrize("change, reader, series", [
-    # The shipped alert windows with 30m no longer recorded: the two trend alerts read 30m series.
-    ({"windows": CUSTOM_WINDOWS}, "VLLMSpecDecodeAcceptanceDropped",
-     "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate30m"),
+    # The shipped alert windows with 30m no longer recorded: the trend alert reads 30m series.
+    ({"windows": CUSTOM_WINDOWS}, "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
+     "namespace_pod_model_name:vllm_specdec_acceptance_ratio:ratio_rate30m"),
     ({"windows": CUSTOM_WINDOWS, "detection_window": "1m"}, "VLLMSpecDecodeAcceptanceCollapsed",
      "namespace_pod_model_name:vllm_specdec_mean_acceptance_length:ratio_rate1m"),
-    # The day-long series are the mean of the hourly ones: no 1h recorded, no day.
-    ({"windows": ("5m", "30m")}, "recording rule namespace_pod_model_name:vllm_specdec_drafts:rate1d",
-     "namespace_pod_model_name:vllm_specdec_drafts:rate1h"),
+    # The day's best hours are the hourly ones': no 1h recorded, no day.
+    ({"windows": ("5m", "30m")},
+     "recording rule namespace_model_name_num_speculative_tokens:vllm_specdec_mean_acceptance_length:ratio_rate1h",
+     "namespace_pod_model_name:vllm_specdec_accepted_tokens:rate1h"),
 ])
 @pytest.mark.parametrize("variant", rules.VARIANTS)
 def test_a_rule_reading_an_unrecorded_series_fails_generation(change, reader, series, variant):
@@ -90,7 +89,7 @@ def test_rule_windows_set_in_config_reach_the_rules_and_a_dangling_alert_stops_m
     assert rules.default_options().windows == CUSTOM_WINDOWS
     assert rules.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "VLLMSpecDecodeAcceptanceDropped reads" in err and "ratio_rate30m" in err
+    assert "VLLMSpecDecodeAcceptanceSuspiciouslyHigh reads" in err and "ratio_rate30m" in err
     assert not list(tmp_path.iterdir())  # nothing half-written
     monkeypatch.setattr(config, "ALERT_TREND_WINDOW", "1h")
     o = rules.default_options(trend_window=config.ALERT_TREND_WINDOW)
@@ -147,10 +146,10 @@ def test_custom_labels_reach_every_expression_by_clause_and_annotation(variant):
     assert "{{ $labels.k8s_ns }}/{{ end }}{{ $labels.k8s_pod }}" in collapsed["annotations"]["description"]
     assert "{{ if $labels.k8s_pod }}" in collapsed["annotations"]["description"]
     assert "on(region, k8s_ns, k8s_pod" in collapsed["expr"]
-    # Every alert that names a server names it with the configured labels: 12 in either file (the sidecar
+    # Every alert that names a server names it with the configured labels: 13 in either file (the sidecar
     # file has NoBaseline, the vLLM-direct one its invariant alert).
     named = [a for a, r in alerts.items() if "$labels.k8s_ns" in r["annotations"]["description"]]
-    assert len(named) == 12, named
+    assert len(named) == 13, named
     assert_no_dangling(o)
 
 

@@ -339,11 +339,21 @@ ALERT_ENGINE_COLLAPSE_FOR = "10m"
 ALERT_BELOW_BASELINE_FOR = "15m"
 ALERT_POSITION0_FOR = "15m"
 ALERT_ENGINE_LAG_FOR = "15m"
-# Dropped: the speculative gain (AL - 1) over 30m fell by more than this fraction
-# against the previous day. 0.4 is beyond the ~15 % a traffic-mix change moves it,
-# and well short of a collapse (~95 %).
+# Dropped: the speculative gain (AL - 1) over 5m more than this fraction below the model's best
+# hour of the day at the same k. Workload alone moves the gain by up to ~31 % (V4-Flash k=1:
+# acceptance 0.66 to 0.96 by workload; V4-Pro thinking on against off: 21-24 % at k=2..3), so
+# 0.4 stays beyond it; a collapse is ~95 %. Held for 3m (8 minutes of evidence with the 5m
+# window; at 1 draft/s the 5m AL moves by ~0.05, a tenth of the margin): a slow fall (AL 2.61 ->
+# 1.80 over 30 minutes) is warned 29 minutes after it began, a sudden one within 7.
 ALERT_DROP_FRACTION = 0.4
-ALERT_DROPPED_FOR = "15m"
+ALERT_DROPPED_FOR = "3m"
+# Chain broken: position 1 accepted in under this share of the drafts whose position 0 was
+# accepted, with position 0 healthy. Healthy: 0.41 or more (the fixed V4-Flash k=2 sampling at
+# temperature 1.0: 0.29 / 0.70; V4-Pro 0.74; the golden curves 0.61-0.80); broken: SGLang's
+# DeepSeek-V4 MTP k=3 chain bug 0.25 (.223 / .894; healthy .710 / .999). 0.3 sits between
+# (1.4x margin on the healthy side, 1.2x on the broken side).
+ALERT_CHAIN_CONDITIONAL_FLOOR = 0.3
+ALERT_CHAIN_BROKEN_FOR = "15m"
 ALERT_NOT_DRAFTING_FOR = "10m"
 # Target down. vLLM refuses connections while it loads weights (DeepSeek-V4: 10-30
 # min), so "connection refused" or a timeout is a reload until it lasts longer than

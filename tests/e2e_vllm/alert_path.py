@@ -49,7 +49,7 @@ def options(profiles=(), aliases=()) -> rules.Options:
     return rules.Options(
         ranges={"5m": "8s", "30m": "16s", "1h": "30s", "2m": "8s"},
         fors={**rules.DEFAULT_FORS, **{a: SHORT_FORS[rules.DEFAULT_FORS[a]] for a in DRIVEN}},
-        thresholds=rules.default_options().thresholds, day_range="60s", drop_offset="16s", unreachable_range="30s",
+        thresholds=rules.default_options().thresholds, day_range="60s", unreachable_range="30s",
         profiles=tuple(profiles), aliases=tuple(aliases))
 
 

@@ -91,15 +91,26 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "15-23 min (judged every 3 min)",
     ),
     "FirstPositionAcceptanceLow": (
-        "position 0 acceptance over 5m < `position0_floor` (0.5), with traffic, where a profile matches or "
-        "position 0 was at 0.5 or more within 1d; any k",
+        "position 0 acceptance over 5m, with traffic, below what the matched profile allows (`degraded_fraction` "
+        "x (profile AL - 1) / k, at most `position0_floor`, 0.5), or below 0.5 once the model's position 0 was at "
+        "0.5 or more within 1d in any pod of its namespace",
         "partial degradations: the V4-Flash sampling bug (0.149), missing draft context (0.22), MTP-3 at AL 1.2, "
-        "a k=7 drafter at 1.31, and any served name after a fall (24 min); a steady weak drafter with no profile "
-        "(vLLM's Qwen3-VL EAGLE3 reference, 0.29) is not a fall and stays quiet",
+        "and any served name after a fall (24 min) or on a rollout's new pods; a steady weak drafter with no "
+        "profile (vLLM's Qwen3-VL EAGLE3 reference, 0.29) is not a fall and stays quiet",
         "healthy position 0 is >= 0.66 (V4-Flash k=1 worst workload; V4-Pro 0.92, fixed V4-Flash 0.70); every "
-        "partial degradation is <= 0.33 (AL - 1 bounds it). Random-token load gives the sampling bug's very "
-        "counters: it warns, never pages, and the description names both readings",
-        "17-19 min",
+        "partial degradation is <= 0.33 (AL - 1 bounds it). Against a profile, AL - 1 <= k x position 0 makes the "
+        "floor one that no server the profile calls healthy falls under (V4-Flash k=7: 0.106). Random-token load "
+        "gives the sampling bug's very counters: it warns, never pages, and the description names both readings",
+        "18-20 min",
+    ),
+    "DraftChainBroken": (
+        "position 1's conditional acceptance over 5m < `chain_conditional_floor` (0.3) while position 0 >= 0.5, "
+        "with traffic, where a profile matches or the model's was at 0.6 or more within 1d",
+        "a chain broken after position 0 that AL-based alerts miss at small k (SGLang's V4 MTP k=3 bug: AL 2.17 "
+        "against BelowBaseline's 2.12), from start-up or on a rollout's new pods",
+        "healthy conditionals are >= 0.41 (the fixed V4-Flash k=2 sampling; V4-Pro 0.74, golden curves 0.61-0.80); "
+        "the SGLang bug 0.25",
+        "20 min (8 min for AcceptanceDropped where there is a healthy hour to compare with)",
     ),
     "AcceptanceBelowBaseline": (
         "AL over 5m < 1 + `degraded_fraction` (0.75) x (profile AL - 1), with traffic",
@@ -109,15 +120,16 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "17-19 min",
     ),
     "AcceptanceDropped": (
-        "AL - 1 over 30m more than `drop_fraction` (40 %) below its previous day, traffic in both, **the same k all day**",
-        "any regression against the deployment's own history",
-        "beyond the ~15 % a traffic-mix change moves it, well short of a collapse (~95 %); a k change resets the "
-        "comparison (AL must fall when k falls)",
-        "28-33 min",
+        "AL - 1 over 5m more than `drop_fraction` (40 %) below the model's best hour of the last day **at the same "
+        "k**, kept per namespace and model (a rollout keeps it), with traffic; held 3m",
+        "any regression against the model's own history: a broken rollout, a head degrading in service",
+        "beyond the ~31 % workload alone moves it (V4-Flash k=1: 0.66-0.96), well short of a collapse (~95 %); a k "
+        "change starts a new history for the new k (usable an hour later)",
+        "6-8 min; a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
     ),
     "NotDrafting": (
-        "generation > 1 token/s, no drafts over 5m, drafted within a day",
-        "speculative decoding switched off",
+        "generation > 1 token/s, no drafts over 5m, the model drafted within a day in its namespace (any pod)",
+        "speculative decoding switched off, including by a rollout onto new pods",
         "",
         "15 min",
     ),

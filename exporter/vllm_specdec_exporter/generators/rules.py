@@ -78,6 +78,7 @@ def name(level: str, metric: str, op: str) -> str:
 # health too, and set by the Helm chart's config.health), plus the alert-only ones.
 ALERT_ONLY_THRESHOLDS = {
     "drop_fraction": c.ALERT_DROP_FRACTION,
+    "chain_conditional_floor": c.ALERT_CHAIN_CONDITIONAL_FLOOR,
     "min_generation_tokens_per_second": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
     "wasted_position_ratio": c.ALERT_WASTED_POSITION_RATE,
     "suspicious_acceptance_ratio": c.ALERT_HIGH_ACCEPTANCE_RATE,
@@ -105,7 +106,6 @@ class Options:
     namespace_label: str = c.NAMESPACE_LABEL
     pod_label: str = c.POD_LABEL
     day_range: str = "1d"
-    drop_offset: str = ""  # default: the trend window's range (the day before the trend window)
     unreachable_range: str = ""  # default: TARGET_UNREACHABLE_AFTER minus TargetDown's for
     profiles: tuple[BaselineProfile, ...] = ()  # baseline profiles for the vllm-direct variant (default: the shipped ones)
     aliases: tuple[tuple[str, str], ...] = ()  # (served name, model name the profiles match) for the vllm-direct variant
@@ -172,7 +172,11 @@ ENGINE = "namespace_pod_model_name_engine"
 # acceptance length, the engine panels and variable); the server level reads the other counters.
 ENGINE_RATES = ("drafts", "accepted_tokens")
 SERVER = "namespace_pod_model_name"
-DAY = "1d"  # the day-long series' suffix: the mean of o.hourly_window rates over o.day_range
+MODEL_LEVEL = "namespace_model_name"  # where the healthy reference is kept: a rollout does not reset it
+K_LABEL = "num_speculative_tokens"  # k as a label, on the reference kept per k
+K_LEVEL = f"{MODEL_LEVEL}_{K_LABEL}"
+K_SERVER = f"{SERVER}_{K_LABEL}"
+DAY = "1d"  # the day-long series' suffix: the best of o.hourly_window rates over o.day_range
 
 
 def _sel(o: Options, extra: str = "") -> str:
@@ -317,7 +321,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
             finer = level
 
-    # k, the baseline, and the day-long history the drop alert compares against (alert level only).
+    # k and the baseline, per server (the alert level).
     level, labels = c.ALERT_LEVEL, dict(lv)[c.ALERT_LEVEL]
     if src is SIDECAR:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
@@ -328,31 +332,35 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     k = name(level, "num_speculative_tokens", "max")
     record(slow, k, k_expr)
     record(slow, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
-    for metric in ("drafts", "accepted_tokens"):
-        # The mean of equal-length hourly rates is the day's rate: still a sum before the ratio.
+    # The healthy reference, kept per namespace and model (MODEL_LEVEL), never per pod: a rolling
+    # update replaces every pod, and a broken rollout's new pods must still be compared with
+    # their predecessors' history. Each is the best hour of the day (max_over_time of the hourly
+    # rates, recorded here every few minutes): a fault only lowers hours, so the reference stays
+    # healthy for as long as a healthy hour is within the day.
+    hw, ml, mlabels = o.hourly_window, MODEL_LEVEL, dict(lv)[MODEL_LEVEL]
+    # Each server's k as a label, so that the reference is kept per k: AL moves with k, and a k
+    # change starts a new history instead of blinding the comparison for a day. A server whose k
+    # changed within the hour adds nothing to that hour.
+    k_label = name(K_SERVER, "num_speculative_tokens", "count_values")
+    record(slow, k_label, f'count_values by ({by(labels)}) ("{K_LABEL}", {k})')
+    stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) changes({k}[{o.range(hw)}]) > 0)"
+    hourly = {
+        m_: f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, m_, f'rate{hw}')} * {stable})"
+        for m_ in ("accepted_tokens", "drafts")
+    }
+    at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
+    record(slow, at_k, f"1 + {hourly['accepted_tokens']}\n  / ({hourly['drafts']} > {o.thresholds['min_drafts_per_second']})")
+    record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
+    # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
+    # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
+    # conditional acceptance of position 1 do not depend on k.
+    record(slow, name(ml, "drafts", f"max_over_time{DAY}"), f"max_over_time({name(ml, 'drafts', f'rate{hw}')}[{o.day_range}])")
+    for metric, position in (("position_acceptance_ratio", "0"), ("position_conditional_acceptance_ratio", "1")):
         record(
             slow,
-            name(level, metric, f"rate{DAY}"),
-            f"avg_over_time({name(level, metric, f'rate{o.hourly_window}')}[{o.day_range}])",
+            name(ml, metric, f"max_over_time{DAY}"),
+            f'max_over_time({name(ml, metric, f"ratio_rate{hw}")}{{position="{position}"}}[{o.day_range}])',
         )
-    record(
-        slow,
-        name(level, "mean_acceptance_length", f"ratio_rate{DAY}"),
-        f"1 + {name(level, 'accepted_tokens', f'rate{DAY}')} / ({name(level, 'drafts', f'rate{DAY}')} > 0)",
-    )
-    # The drop alert compares like with like: k unchanged over the day (one read of the day).
-    record(slow, name(level, "num_speculative_tokens", f"changes{DAY}"), f"changes({k}[{o.day_range}])")
-    # What the day held, for the alerts that ask whether a server was ever drafting (NotDrafting)
-    # or its first position ever healthy (FirstPositionAcceptanceLow): the best hour of the day.
-    hw = o.hourly_window
-    record(
-        slow, name(level, "drafts", f"max_over_time{DAY}"), f"max_over_time({name(level, 'drafts', f'rate{hw}')}[{o.day_range}])"
-    )
-    record(
-        slow,
-        name(level, "position_acceptance_ratio", f"max_over_time{DAY}"),  # position 0 only
-        f'max_over_time({name(level, "position_acceptance_ratio", f"ratio_rate{hw}")}{{position="0"}}[{o.day_range}])',
-    )
     if src is DIRECT:
         # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
         w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
@@ -429,6 +437,7 @@ class X:
     lv: dict[str, tuple[str, ...]]
     t: dict[str, str]
     on: str
+    on_model: str  # the model's labels: where the healthy reference is kept
     floor: str
     w: str
     al5: str
@@ -437,8 +446,7 @@ class X:
     collapse: str
     k: str
     where: str  # the server an alert names, from o's labels
-    altr: str  # AL and drafts over the trend window
-    dtr: str
+    dtr: str  # drafts over the trend window
 
 
 def _context(src: Source, o: Options) -> X:
@@ -450,6 +458,7 @@ def _context(src: Source, o: Options) -> X:
         lv=lv,
         t=t,
         on=f"on({by(lv[L])})",
+        on_model=f"on({by(lv[MODEL_LEVEL])})",
         floor=t["min_drafts_per_second"],
         w=w,
         al5=name(L, "mean_acceptance_length", f"ratio_rate{w}"),
@@ -459,7 +468,6 @@ def _context(src: Source, o: Options) -> X:
         collapse=f"1 + {t['collapse_margin']}",
         k=name(L, "num_speculative_tokens", "max"),
         where=where(src, o),
-        altr=name(L, "mean_acceptance_length", f"ratio_rate{tr}"),
         dtr=name(L, "drafts", f"rate{tr}"),
     )
 
@@ -509,23 +517,54 @@ def _engine_lagging(x: X) -> tuple[str, str]:
     )
 
 
-def _position0_low(x: X) -> tuple[str, str]:
-    # A low position 0 warns only against a matched profile or after a fall: position 0 at or
-    # above the floor over some hour of the last day. A steady weak drafter with no profile
-    # and nothing better seen (vLLM's Qwen3-VL EAGLE3 reference: 0.29) is not a fall.
-    L, o = c.ALERT_LEVEL, x.o
+def _position0_floor(x: X) -> str:
+    """Position 0's floor per server: where a profile matches, the lowest position 0 that its
+    healthy figure allows (AL - 1 <= k x position 0, so a server BelowBaseline calls healthy has
+    position 0 >= degraded_fraction x (profile AL - 1) / k), at most position0_floor; without one,
+    position0_floor once the model's position 0 reached it within the day (in any of its pods,
+    so a rollout keeps it). A steady weak drafter with neither (vLLM's Qwen3-VL EAGLE3
+    reference: 0.29) has not fallen."""
+    L, floor = c.ALERT_LEVEL, x.t["position0_floor"]
     baseline = name(L, "baseline_mean_acceptance_length", "max")
-    best = name(L, "position_acceptance_ratio", f"max_over_time{DAY}")  # position 0's best hour of the day
-    floor = x.t["position0_floor"]
-    pos0 = f'max without(position) ({name(L, "position_accepted_tokens", f"rate{x.w}")}{{position="0"}})'
+    best = name(MODEL_LEVEL, "position_acceptance_ratio", f"max_over_time{DAY}")  # position 0's best hour
     return (
-        f"{pos0} / {x.on} ({x.d5} > {x.floor}) < {floor}\n"
-        f"and {x.on} (\n  {baseline}\n  or max without(position) ({best}) >= {floor}\n)",
+        f"clamp_max({x.t['degraded_fraction']} * ({baseline} - 1) / {x.on} {x.k}, {floor})\n"
+        f"  or {x.on} (0 * {x.d5} + {floor} and {x.on_model} max without(position) ({best}) >= {floor})"
+    )
+
+
+def _position(x: X, i: int) -> str:
+    return f'max without(position) ({name(c.ALERT_LEVEL, "position_accepted_tokens", f"rate{x.w}")}{{position="{i}"}})'
+
+
+def _position0_low(x: X) -> tuple[str, str]:
+    floor = x.t["position0_floor"]
+    return (
+        f"{_position(x, 0)} / {x.on} ({x.d5} > {x.floor})\n  < {x.on} (\n  {_position0_floor(x)}\n)",
         f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
-        f"(healthy MTP: 66 % or more, whatever k), below its profile's expectation or after it was at "
-        f"{floor} or more within {o.day_range}. Either a broken draft path (draft sampling, missing draft "
-        f"context, a partly broken head), or synthetic random-token load such as a benchmark, which gives the "
-        f"same counters.",
+        f"(healthy MTP: 66 % or more, whatever k): below what its profile allows (at most {floor}), or below "
+        f"{floor} after the model was at {floor} or more within {x.o.day_range}. Either a broken draft path (draft "
+        f"sampling, missing draft context, a partly broken head), or synthetic random-token load such as a "
+        f"benchmark, which gives the same counters.",
+    )
+
+
+def _chain_broken(x: X) -> tuple[str, str]:
+    # Position 1's conditional acceptance (of the drafts whose position 0 was accepted), with
+    # position 0 healthy: a chain that breaks after its first token passes every AL-based
+    # alert when k is small (SGLang's V4 MTP k=3 bug: AL 2.17 against a profile floor of 2.12).
+    # Against a profile, or after the model's chain was healthy within the day.
+    floor, cfloor = x.t["position0_floor"], x.t["chain_conditional_floor"]
+    baseline = name(c.ALERT_LEVEL, "baseline_mean_acceptance_length", "max")
+    best = name(MODEL_LEVEL, "position_conditional_acceptance_ratio", f"max_over_time{DAY}")  # position 1
+    p0 = _position(x, 0)
+    return (
+        f"{_position(x, 1)} / {x.on} ({p0} > 0) < {cfloor}\n"
+        f"and {x.on} {p0} / {x.on} ({x.d5} > {x.floor}) >= {floor}\n"
+        f"and {x.on_model} (max by ({by(x.lv[MODEL_LEVEL])}) ({baseline}) or max without(position) ({best}) >= 2 * {cfloor})",
+        f"Of the drafts of {x.where} whose position 0 was accepted, position 1 was accepted in "
+        f"{{{{ $value | humanizePercentage }}}} over {x.w} (healthy: 41 % or more), while position 0 is healthy: "
+        f"the draft chain breaks after its first token.",
     )
 
 
@@ -541,18 +580,18 @@ def _below_baseline(x: X) -> tuple[str, str]:
 
 
 def _dropped(x: X) -> tuple[str, str]:
-    L, o = c.ALERT_LEVEL, x.o
-    al1d, d1d = name(L, "mean_acceptance_length", f"ratio_rate{DAY}"), name(L, "drafts", f"rate{DAY}")
+    # Against the model's best hour of the day at the server's own k (kept per model, so a
+    # rollout does not reset it, and per k, so a k change starts a new history): a fall of more
+    # than drop_fraction of the gain within minutes, whether it came at once or slowly.
+    ref = name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}")
+    k_label = name(K_SERVER, "num_speculative_tokens", "count_values")
     keep = f"(1 - {x.t['drop_fraction']})"
-    offset = o.drop_offset or o.range(o.trend_window)
-    # Like with like: AL must fall when k falls, so any k change in the day resets the comparison.
     return (
-        f"({x.altr} - 1)\n  < {x.on} {keep} * ({al1d} offset {offset} - 1)\n"
-        f"and {x.on} {x.dtr} > {x.floor}\nand {x.on} {d1d} offset {offset} > {x.floor}\n"
-        f"and {x.on} {name(L, 'num_speculative_tokens', f'changes{DAY}')} == 0",
+        f"({x.al5} - 1)\n  < {x.on} {keep} * ({ref} + on({by(x.lv[MODEL_LEVEL])}, {K_LABEL}) group_right() (0 * {k_label}) - 1)\n"
+        f"and {x.on} {x.d5} > {x.floor}",
         f'The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf "%.3f" }}}} '
-        f"over the last {o.trend_window}, more than {x.t['drop_fraction']} below its average over the previous day at the "
-        f"same k.",
+        f"over {x.w}, more than {x.t['drop_fraction']} below the model's best hour of the last "
+        f"{x.o.day_range} at the same k.",
     )
 
 
@@ -561,7 +600,7 @@ def _not_drafting(x: X) -> tuple[str, str]:
     g5 = name(L, "generation_tokens", f"rate{x.w}")
     return (
         f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
-        f"and {x.on} {name(L, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
+        f"and {x.on_model} {name(MODEL_LEVEL, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
         f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
         f"drafting within the last day: speculative decoding is off or silently disabled.",
     )
@@ -693,7 +732,8 @@ THRESHOLD_MEANINGS = {
     "degraded_fraction": "speculative gain below this fraction of the baseline profile's",
     "engine_lag_fraction": "an engine's gain below this fraction of its server's",
     "min_drafts_per_second": "traffic floor: drafts/s below which nothing is judged",
-    "drop_fraction": "gain over 30m fell by more than this fraction against the previous day",
+    "drop_fraction": "gain over 5m more than this fraction below the model's best hour of the day at the same k",
+    "chain_conditional_floor": "position 1 accepted in fewer than this share of the drafts whose position 0 was",
     "min_generation_tokens_per_second": "generation tokens/s above which no drafts means not drafting",
     "wasted_position_ratio": "the last position accepted in fewer than this share of drafts",
     "suspicious_acceptance_ratio": "acceptance above this share",
@@ -783,14 +823,24 @@ ALERTS: tuple[Alert, ...] = (
         "a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.",
     ),
     Alert(
+        "VLLMSpecDecodeDraftChainBroken",
+        "warning",
+        c.ALERT_CHAIN_BROKEN_FOR,
+        ("chain_conditional_floor", "position0_floor", "min_drafts_per_second"),
+        "The draft chain breaks after its first token: position 1 is rarely accepted while position 0 is healthy.",
+        _chain_broken,
+        "the chain breaks after position 0: a mis-wired or unloaded later MTP layer, a backend bug in how later "
+        "draft positions are built, or k beyond what the draft was trained for.",
+    ),
+    Alert(
         "VLLMSpecDecodeAcceptanceDropped",
         "warning",
         c.ALERT_DROPPED_FOR,
         ("drop_fraction", "min_drafts_per_second"),
-        "Speculative-decoding acceptance fell sharply against this deployment's own history.",
+        "Speculative-decoding acceptance fell sharply against the model's own best hour of the day.",
         _dropped,
-        "a workload shift if the fall was gradual; a configuration change (new artifact or version at the same k) "
-        "if it was sudden.",
+        "a configuration change (a new artifact, version or rollout at the same k) if it began with one; "
+        "a head degrading in service, or a workload shift beyond what workload alone explains, if not.",
     ),
     Alert(
         "VLLMSpecDecodeNotDrafting",
