@@ -87,8 +87,8 @@ def test_classifier_and_promtool_give_the_same_verdicts():
 def test_direct_rules_match_served_names_through_aliases(tmp_path):
     """A served name mapped to a model in the generator reaches that model's profile in
     the vllm-direct file (the sidecar does the same from baselines.aliases)."""
-    o = rules.default_options(aliases=(("DSV4-W4A16-FP8-MTP", "deepseek-ai/DeepSeek-V4-Pro"),))
-    (tmp_path / "rules.yaml").write_text(rules.dump(rules.rule_file("vllm-direct", o), ""))
+    assert rules.main([str(tmp_path), "--alias", "DSV4-W4A16-FP8-MTP=deepseek-ai/DeepSeek-V4-Pro"]) == 0
+    (tmp_path / "rules.yaml").write_text((tmp_path / "rules-vllm-direct.yaml").read_text())
     case = promtool_cases.deployment("vllm-direct", "served", "DSV4-W4A16-FP8-MTP",
                                      [(promtool_cases.mix(1000, [150, 40, 10]), 60)])
     suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
@@ -122,6 +122,14 @@ def test_a_slow_fall_is_warned_within_30_minutes(tmp_path, variant):
     assert fired, proc.stdout + proc.stderr
     assert 20 <= fired[0] - start <= 30, fired  # not before the fall passes 40 %, within 30 minutes
     assert fired == list(range(fired[0], start + 40))  # and it stays
+
+
+@pytest.mark.parametrize("alias, says", [("DSV4", "expected SERVED=MODEL"), ("=deepseek-ai/DeepSeek-V4-Pro", "expected"),
+                                         ("DSV4=acme/unknown", "no shipped profile matches the model 'acme/unknown'")])
+def test_a_bad_alias_stops_the_generator_naming_it(tmp_path, capsys, alias, says):
+    with pytest.raises(SystemExit) as e:
+        rules.main([str(tmp_path), "--alias", alias])
+    assert e.value.code == 2 and says in capsys.readouterr().err and not list(tmp_path.iterdir())
 
 
 def test_runbook_has_a_section_per_alert():
