@@ -440,6 +440,40 @@ def chain_group(v: str) -> dict:
     ])
 
 
+def gappy(v: str, pod: str, m: dict, minutes: int, engine: str, gaps: dict[str, set[int]]) -> list[dict]:
+    """One engine's counters minute by minute, with the minutes in ``gaps[key]`` missing from
+    that series only (a missed scrape, or one series of a ratio sampled and the other not); the
+    counters keep counting through a gap, as vLLM's do."""
+    labels = {"namespace": ns_of(pod), "pod": pod, "model_name": m.get("model", PRO), "engine": engine,
+              "job": "vllm-specdec-exporter" if v == "sidecar" else "vllm", **({"target": "vllm"} if v == "sidecar" else {})}
+    out = []
+    for key, per_minute, extra in ([(k, m[k], {}) for k in ("drafts", "tokens", "accepted", "gen")]
+                                   + [("pos", p, {"position": str(i)}) for i, p in enumerate(m["pos"])]):
+        body = ",".join(f'{a}="{b}"' for a, b in {**labels, **extra}.items())
+        values = " ".join("_" if t in gaps.get(key, ()) else fmt(per_minute * t) for t in range(minutes + 1))
+        out.append({"series": f"{NAMES[v][key]}{{{body}}}", "values": values})
+    return out
+
+
+def gaps_group(v: str) -> dict:
+    """Issue 30 item 7: scrape and poll gaps on a healthy rank beside a dead one, with the
+    production windows: every series of the healthy rank missing for 2 minutes, its accepted
+    tokens alone missing for 4 minutes (the drafts sampled), its drafts alone missing for 4
+    minutes, and a gap every other minute. Only the dead rank pages."""
+    ALONE.add("dp2-gaps")
+    healthy = set(range(20, 22)) | set(range(40, 44))
+    gaps = {"drafts": healthy | set(range(70, 74)) | set(range(90, 120, 2)),
+            "accepted": healthy | set(range(55, 59)) | set(range(90, 120, 2)),
+            "tokens": healthy, "gen": healthy, "pos": healthy}
+    s = gappy(v, "dp2-gaps", PRO_HEALTHY, 120, "0", gaps) + gappy(v, "dp2-gaps", PRO_BROKEN, 120, "1", {})
+    if v == "sidecar":
+        s += sidecar_gauges("dp2-gaps", PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+    dead = engine_collapsed("dp2-gaps", PRO, "1", "1.036")
+    return group("gaps on a healthy rank beside a dead one: only the dead one pages", s,
+                 [check(f"{t}m", "VLLMSpecDecodeEngineCollapsed", [dead]) for t in (25, 45, 60, 75, 95, 118)]
+                 + [check(f"{t}m", "VLLMSpecDecodeAcceptanceCollapsed", []) for t in (25, 45, 60, 75, 95, 118)])
+
+
 def not_drafting_group(v: str) -> dict:
     off = mix(0, [0, 0], gen=6590)
     s = []
@@ -878,7 +912,7 @@ def no_baseline_group() -> dict:
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), position0_fall_group(variant), fleet_group(variant), dropped_group(variant),
-              rollout_group(variant), chain_group(variant),
+              rollout_group(variant), chain_group(variant), gaps_group(variant),
               not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
               fast_collapse_group(variant), request_extremes_group(variant)]
     groups += [sidecar_only_group(), no_baseline_group()] if variant == "sidecar" else [direct_invariant_group()]
