@@ -474,6 +474,30 @@ def gaps_group(v: str) -> dict:
                  + [check(f"{t}m", "VLLMSpecDecodeAcceptanceCollapsed", []) for t in (25, 45, 60, 75, 95, 118)])
 
 
+def quiet_rollout_group(v: str) -> dict:
+    """Issue 30: the quiet scenarios around a rollout. A healthy rolling update (three old pods
+    replaced one by one by three new ones, same head, new names, each new pod up a minute before
+    its old one leaves), a pod leaving mid-window, a pod whose k is lowered at a restart and a
+    weak steady drafter beside them: no detection alert at any minute."""
+    healthy = PRO_HEALTHY
+    s = []
+    for i in range(3):
+        s += deployment(v, f"roll-old-{i}", PRO, [(healthy, 60 + 10 * i)])  # gone after it: no more samples
+        s += deployment(v, f"roll-new-{i}", PRO, [("gone", 59 + 10 * i), (healthy, 120 - 59 - 10 * i)])
+    s += deployment(v, "roll-leaves", PRO, [(healthy, 47)])
+    s += deployment(v, "roll-k-lowered", PRO, [(mix(6590, [6090, 4530, 3020]), 70), ("restart",), (mix(6590, [6090]), 50)])
+    s += deployment(v, "roll-weak", "Qwen/Qwen3-VL-8B-Instruct", [(mix(1000, [290, 60, 10]), 120)])
+    if v == "sidecar":
+        for pod in [f"roll-{a}-{i}" for a in ("old", "new") for i in range(3)] + ["roll-leaves"]:
+            s += sidecar_gauges(pod, PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+        base = {"namespace": NS, "pod": "roll-k-lowered", "model_name": PRO, "job": "vllm-specdec-exporter", "target": "vllm"}
+        s.append(gauge("vllm_specdec_num_speculative_tokens", base, "3x70 1x50"))
+    alerts = (*DETECTION_ALERTS, "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeDraftChainBroken",
+              "VLLMSpecDecodeNotDrafting")
+    return group("quiet: a healthy rolling update, a pod leaving mid-window, k lowered, a weak steady drafter", s,
+                 [check(f"{t}m", a, []) for a in alerts for t in range(45, 120, 5)])
+
+
 def not_drafting_group(v: str) -> dict:
     off = mix(0, [0, 0], gen=6590)
     s = []
@@ -912,7 +936,7 @@ def no_baseline_group() -> dict:
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
     groups = [collapse_group(variant), verdict_group(variant), position0_fall_group(variant), fleet_group(variant), dropped_group(variant),
-              rollout_group(variant), chain_group(variant), gaps_group(variant),
+              rollout_group(variant), chain_group(variant), gaps_group(variant), quiet_rollout_group(variant),
               not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
               fast_collapse_group(variant), request_extremes_group(variant)]
     groups += [sidecar_only_group(), no_baseline_group()] if variant == "sidecar" else [direct_invariant_group()]
