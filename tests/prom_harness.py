@@ -170,20 +170,47 @@ def serve(es: ExitStack, args: list[str], log: Path) -> str:
     return f"127.0.0.1:{port}"
 
 
-def prometheus(es: ExitStack, tmp: Path, rules_text: str, targets: list[str]) -> Prom:
-    """A Prometheus in ``tmp`` with ``rules_text`` loaded, scraping ``targets``; 1 s scrape and evaluation."""
+def prometheus(es: ExitStack, tmp: Path, rules_text: str, targets: list[str] | Path) -> Prom:
+    """A Prometheus in ``tmp`` with ``rules_text`` loaded, scraping ``targets``; 1 s scrape and evaluation.
+    ``targets`` as a path: a file_sd file (write_targets), re-read as soon as it is rewritten."""
     tmp.mkdir()
     (tmp / "rules.yaml").write_text(rules_text)
+    sd = ({"file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}]} if isinstance(targets, Path)
+          else {"static_configs": [{"targets": targets}]})
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(tmp / "rules.yaml")],
-        "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [{"job_name": "e2e", **sd}],
     }))
     prom = Prom(serve(es, [tool("prometheus"), f"--config.file={tmp / 'prometheus.yml'}",
                            f"--storage.tsdb.path={tmp / 'tsdb'}", "--web.listen-address=127.0.0.1:0"],
                       tmp / "prometheus.log"))
     wait_for(lambda: http_ok(f"{prom.base}/-/ready"), 30, "Prometheus to be ready", step=0.2)
     return prom
+
+
+def write_targets(path: Path, targets: list[tuple[str, dict[str, str]]]) -> None:
+    """A file_sd file: each (host:port, its target labels, e.g. namespace and pod); written then
+    renamed, so Prometheus never reads half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps([{"targets": [address], "labels": labels} for address, labels in targets]))
+    tmp.rename(path)
+
+
+def simulator(es: ExitStack, tmp: Path, name: str, scenario: str) -> str:
+    """A simulated vLLM server (``vllm-specdec-exporter simulate``) playing ``scenario``: its host:port."""
+    (tmp / f"{name}.yaml").write_text(scenario)
+    return serve(es, [cli_path(), "simulate", "--scenario", str(tmp / f"{name}.yaml"),
+                      "--web.listen-address", "127.0.0.1:0"], tmp / f"{name}.log")
+
+
+def sidecar(es: ExitStack, tmp: Path, name: str, vllm: str, exporter_config: dict) -> str:
+    """The exporter beside one vLLM server (its target named "vllm", as in a pod): its host:port."""
+    config = {"targets": [{"name": "vllm", "url": f"http://{vllm}/metrics"}], "web": {"listen_address": "127.0.0.1:0"},
+              "poll": {"interval": "1s"}, **exporter_config}
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(config))
+    return serve(es, [cli_path(), "serve", "--config.file", str(tmp / f"{name}.yaml"), "--log.format", "json"],
+                 tmp / f"{name}.log")
 
 
 @dataclass
