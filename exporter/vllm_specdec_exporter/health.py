@@ -133,7 +133,7 @@ CAUSE_TEXT = {
     "chain_break": "the draft chain breaks part-way, at the position the evidence names (k beyond what the "
     "draft was trained for, or a mis-wired later layer)",
     "draft_shorter_than_k": "the draft produces fewer tokens than k (lower k, or fix the draft)",
-    "one_rank": "one rank or a few, not the whole server (a rank-specific load, device or node)",
+    "one_rank": "one rank or several, not the whole server (a rank-specific load, device or node)",
     "configuration_change": "a configuration change (a restart, a new k, a new version)",
     "workload_shift": "a workload shift (traffic mix, temperature, synthetic random-token load), or a partly "
     "broken draft path (draft sampling, missing draft context)",
@@ -259,7 +259,13 @@ def diagnose(
         falls.append(Hint("configuration_change", "the fall coincides with " + ", ".join(changes)))
     rest = sum_counters(c for e, c in judged.items() if e not in bad)
     if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
-        worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:3])
+        # Every low engine is named (up to MAX_NAMED_ENGINES, lowest first), and how many of how
+        # many they are: two of eight, or six of eight, are not "one rank".
+        worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:MAX_NAMED_ENGINES])
+        if len(bad) > MAX_NAMED_ENGINES:
+            worst += f" and {len(bad) - MAX_NAMED_ENGINES} more"
+        if len(bad) > 1:
+            worst = f"{len(bad)} of {len(judged)} engines ({worst})"
         others = len(judged) - len(bad)
         falls.append(
             Hint("one_rank", f"{worst} while the other {others} {'is' if others == 1 else 'are'} at AL {1 + _gain(rest):.3f}")
@@ -314,6 +320,8 @@ def diagnose(
     return tuple(falls + shape + hints)
 
 
+# The low engines one_rank names one by one; the rest are counted.
+MAX_NAMED_ENGINES = 8
 # Causes that rest on evidence a draft shorter than k does not explain (diagnose).
 INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift")
 
