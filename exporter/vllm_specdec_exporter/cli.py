@@ -13,8 +13,8 @@ from typing import Any
 
 from . import __version__, config
 from .adapters import PRODUCERS, extract
-from .derive import delta_engines
-from .health import Verdict, judge, match_profile
+from .derive import delta_engines, sum_counters
+from .health import Earlier, Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
@@ -148,14 +148,26 @@ def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return summary, f"{PROG} report: totals since the counters started ({shown}){_producer(summary, snap)}"
 
 
-def _verdict(span: float | None, restarted: Sequence[SeriesKey] = ()) -> Judge:
+def _verdict(
+    span: float | None, restarted: Sequence[SeriesKey] = (), before: Mapping[SeriesKey, Counters] | None = None
+) -> Judge:
     """The sidecar's classifier on the CLI's interval: the built-in profiles, the restarts seen
-    between the dumps; nothing earlier (no workload shift is claimed from one interval)."""
+    between the dumps and, across them, the model in the BEFORE dump ("before it", as the
+    sidecar reads its health window before a restart); nothing earlier without a restart (no
+    workload shift is claimed from one interval)."""
 
     def verdict(model: str, engines: Mapping[str, Counters]) -> Verdict:
         k = max((c.k for c in engines.values()), default=0)
         changes = [f"a restart of engine {e} between the dumps" for m, e in restarted if m == model]
-        return judge(engines, span, _profile(model, k), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes)
+        earlier = None
+        prior = [c for (m, _), c in (before or {}).items() if m == model and c.drafts > 0 and c.k]
+        if changes and prior:
+            was = sum_counters(prior)
+            healthy = (
+                was.drafts >= config.DEFAULT_MIN_DRAFTS and was.per_position[0] / was.drafts >= config.DETECTION.position0_floor
+            )
+            earlier = Earlier("", None, healthy, was)
+        return judge(engines, span, _profile(model, k), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes, earlier)
 
     return verdict
 
@@ -218,7 +230,8 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             f"every engine's counters ({len(shared)}) are lower in AFTER than in BEFORE: the two dumps "
             f"look swapped (give the older first), or the whole server restarted; counted from zero",
         )
-    summary = _with_profiles(summarize(deltas.counters, interval, warnings, _verdict(interval, deltas.restarted)))
+    verdict = _verdict(interval, deltas.restarted, before.engines)
+    summary = _with_profiles(summarize(deltas.counters, interval, warnings, verdict))
     return summary, f"{PROG} diff: counters accrued between two scrapes ({shown}){_producer(summary, after)}"
 
 

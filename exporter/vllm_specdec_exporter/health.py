@@ -78,11 +78,19 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
-    """What came before the interval, when known (the sidecar; never report or diff)."""
+    """What came before the interval, when known: the sidecar's longer window and what it saw
+    change; diff's BEFORE dump across a restart (never report: one dump has no before)."""
 
     label: str = ""  # the longer window ``counters`` cover
     counters: Counters | None = None  # the model over it: a workload shift needs a fall against it
     position0_healthy: bool = False  # position 0 at or above the floor within the last day
+    # The model just before the first restart or k change in sight, where known: diff's BEFORE
+    # dump of the engines that restarted, the sidecar's health window at its last poll before it.
+    # A fall across a change is then told with both figures, and read against them.
+    before: Counters | None = None
+    # Restarts and k changes within ``label`` but before the interval (the sidecar): a fall
+    # against the longer window across one of them is that change, never a workload shift.
+    changes: tuple[str, ...] = ()
 
     @property
     def gain(self) -> float | None:
@@ -252,11 +260,18 @@ def diagnose(
     pos0 = total.per_position[0] / total.drafts  # drafts > 0: every judged engine has min_drafts
     if fell is None:
         fell = gain < det.collapse_margin or bool(bad) or pos0 < det.position0_floor
-    if not fell:
+    seen = list(changes) or list(earlier.changes if earlier is not None else ())
+    ref, ref_label = _reference(earlier, seen)
+    if not any(h.cause == "chain_break" for h in shape):
+        shape += _chain_floor(total, det, profile, ref, ref_label)
+    # A fall against history (the Dropped alert's: the gain below DIAG_FALL_FRACTION of the
+    # earlier figure at the same k) is a fall whatever the profile says.
+    dropped = ref is not None and ref.k == total.k and gain < config.DIAG_FALL_FRACTION * _gain(ref)
+    if not (fell or dropped):
         return tuple(shape + hints)
     falls: list[Hint] = []
-    if changes:
-        falls.append(Hint("configuration_change", "the fall coincides with " + ", ".join(changes)))
+    if seen:
+        falls.append(_changed(seen, total, earlier.before if earlier is not None else None))
     rest = sum_counters(c for e, c in judged.items() if e not in bad)
     if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
         # Every low engine is named (up to MAX_NAMED_ENGINES, lowest first), and how many of how
@@ -274,18 +289,25 @@ def diagnose(
     if len(zero) == len(judged):
         where = "on every engine" if len(judged) > 1 else "on its only engine"
         falls.append(Hint("draft_head_garbage", f"position 0 accepted in {_pct(pos0)} of drafts, {where}"))
+    if ref is not None and not any(h.cause in ("one_rank", "draft_head_garbage", "chain_break") for h in falls + shape):
+        # Position 0 held while a later position fell against history: the chain after position 0.
+        falls += _chain_against(total, ref, ref_label)
     # The head itself is weak (position 0 under the floor): named even beside a restart or a
-    # chain shape (both fit); never beside garbage or one rank, which say more.
-    if not any(h.cause in ("one_rank", "draft_head_garbage") for h in falls) and (not shape or pos0 < det.position0_floor):
+    # chain shape (both fit); never beside garbage, one rank or a chain that broke against
+    # history, which say more. Across a change whose before figures are known, a position 0
+    # above the floor is the change (every position lower together), not a head defect.
+    if not any(h.cause in ("one_rank", "draft_head_garbage", "chain_break") for h in falls) and (
+        (not shape and not (seen and ref is not None)) or pos0 < det.position0_floor
+    ):
         cond = [v for v in st.conditional_acceptance[1:] if v is not None]
         then = f", then {', '.join(_pct(v) for v in cond)} conditional" if cond else ""
         before = earlier.gain if earlier is not None else None
-        if changes:
+        if seen:
             falls.append(
                 Hint(
                     "draft_head_partial",
                     f"every engine ({len(judged)}) and every position low since "
-                    f"{', '.join(changes)}: position 0 at {_pct(pos0)}{then}",
+                    f"{', '.join(seen)}: position 0 at {_pct(pos0)}{then}",
                 )
             )
         elif earlier is not None and before is not None and _fell(total, det, earlier, None):
@@ -295,6 +317,23 @@ def diagnose(
                     f"every engine ({len(judged)}) and every position lower together: "
                     f"position 0 at {_pct(pos0)}{then}; AL {1 + gain:.3f} against "
                     f"{1 + before:.3f} over {earlier.label}, with no restart or k change",
+                )
+            )
+        elif (
+            earlier is not None
+            and earlier.position0_healthy
+            and pos0 < det.position0_floor
+            and not any(h.cause == "draft_shorter_than_k" for h in shape)
+        ):
+            # Position 0 was healthy within the day and fell with no restart or k change, more
+            # slowly than the longer window shows (a decode node decaying over hours). Not beside
+            # a draft shorter than k: it lowers position 0 too, and that floor is MTP's.
+            over = f" (AL {1 + gain:.3f} against {1 + before:.3f} over {earlier.label})" if before is not None else ""
+            falls.append(
+                Hint(
+                    "workload_shift",
+                    f"every engine ({len(judged)}) lower: position 0 fell from {_pct(det.position0_floor)} or more "
+                    f"within the last day to {_pct(pos0)}{then}, with no restart or k change{over}",
                 )
             )
         else:
@@ -320,10 +359,110 @@ def diagnose(
     return tuple(falls + shape + hints)
 
 
+def _reference(earlier: Earlier | None, seen: Sequence[str]) -> tuple[Counters | None, str]:
+    """What the interval is read against, and how to say it: the figures before a restart or k
+    change in sight when known, else the longer window (the sidecar); None before any."""
+    if earlier is None:
+        return None, ""
+    if seen and earlier.before is not None and earlier.before.drafts > 0 and earlier.before.k:
+        return earlier.before, f"before {seen[0]}"
+    if earlier.counters is not None and earlier.counters.drafts > 0 and earlier.counters.k:
+        return earlier.counters, f"over {earlier.label}"
+    return None, ""
+
+
+def _changed(seen: Sequence[str], total: Counters, before: Counters | None) -> Hint:
+    """A restart or k change the fall follows; with the figures on both sides where the ones
+    before it are known. A position 0 fallen below DIAG_FALL_FRACTION of its figure before: the
+    draft head changed at it."""
+    what = ", ".join(seen)
+    if before is None or before.drafts <= 0 or not before.k:
+        return Hint("configuration_change", "the fall coincides with " + what)
+    pos0, pos0_before = total.per_position[0] / total.drafts, before.per_position[0] / before.drafts
+    same_k = before.k == total.k
+    al = f"AL {1 + _gain(total):.3f} since it, against {1 + _gain(before):.3f} before it" if same_k else ""
+    if pos0 < config.DIAG_FALL_FRACTION * pos0_before:
+        al = f" ({al})" if al else ""
+        # Every later position held its share of the one before: the whole chain scaled down
+        # together (an upgrade's drift), not a head that drafts worse past position 0 too.
+        now, was = (total.drafts, *total.per_position), (before.drafts, *before.per_position)
+        together = (
+            same_k
+            and total.k > 1
+            and all(
+                now[i + 1] * was[i] >= config.DIAG_FALL_FRACTION * was[i + 1] * now[i]
+                for i in range(1, total.k)
+                if was[i] > 0 and now[i] > 0
+            )
+        )
+        head = f"every position fell together at {what}" if together else f"the draft head changed at {what}"
+        return Hint(
+            "configuration_change",
+            f"{head}: position 0 accepted in {_pct(pos0)} of drafts since it, "
+            f"against {_pct(pos0_before)} of {before.drafts:,.0f} drafts before it{al}",
+        )
+    if pos0 >= pos0_before and (not same_k or _gain(total) >= _gain(before)):
+        return Hint("configuration_change", "the fall coincides with " + what)  # nothing fell across it
+    figures = al or f"position 0 accepted in {_pct(pos0)} of drafts since it, against {_pct(pos0_before)} before it"
+    return Hint("configuration_change", f"the fall coincides with {what}: {figures}")
+
+
+def _chain_floor(
+    total: Counters, det: Detection, profile: BaselineProfile | None, ref: Counters | None, label: str
+) -> list[Hint]:
+    """The DraftChainBroken alert's reading, whatever the verdict: position 1 accepted in under
+    ALERT_CHAIN_CONDITIONAL_FLOOR of the drafts whose position 0 was, with position 0 healthy,
+    against a profile or a chain that was healthy (twice the floor) before."""
+    if total.k < 2 or total.per_position[1] <= 0 or total.per_position[0] / total.drafts < det.position0_floor:
+        return []  # (a position at exactly 0 is a draft shorter than k, or k lowered: _chain says which)
+    cond = total.per_position[1] / total.per_position[0]
+    known = ref is not None and ref.k >= 2 and ref.per_position[0] > 0
+    healthy_before = (
+        known and ref is not None and ref.per_position[1] / ref.per_position[0] >= 2 * config.ALERT_CHAIN_CONDITIONAL_FLOOR
+    )
+    if cond >= config.ALERT_CHAIN_CONDITIONAL_FLOOR or not (profile is not None or healthy_before):
+        return []
+    return [_chain_hint(total, ref if known else None, label, 1)]
+
+
+def _chain_hint(total: Counters, ref: Counters | None, label: str, i: int) -> Hint:
+    """chain_break at position ``i``, with the figures of ``ref`` beside when known."""
+    now = (total.drafts, *total.per_position)
+    if ref is None:
+        return Hint(
+            "chain_break",
+            f"position 0 accepted in {_pct(now[1] / now[0])} of drafts, position {i} in {_pct(now[i + 1] / now[i])} "
+            f"of those that reached it (healthy: 41 % or more)",
+        )
+    was = (ref.drafts, *ref.per_position)
+    return Hint(
+        "chain_break",
+        f"position 0 accepted in {_pct(now[1] / now[0])} of drafts ({_pct(was[1] / was[0])} {label}), "
+        f"position {i} in {_pct(now[i + 1] / now[i])} of those that reached it ({_pct(was[i + 1] / was[i])} {label})",
+    )
+
+
+def _chain_against(total: Counters, ref: Counters, label: str) -> list[Hint]:
+    """A chain that broke against history: position 0 fell by less than the Dropped alert's
+    fraction while a later position's conditional acceptance fell below DIAG_FALL_FRACTION of
+    its earlier value (an SGLang DeepSeek-V4 MTP k=3 bug: 0.894 / 0.223 / 0.054 against 0.999 /
+    0.710 / 0.333). Compared only at the same k."""
+    if ref.k != total.k or total.k < 2:
+        return []
+    now = (total.drafts, *total.per_position)
+    was = (ref.drafts, *ref.per_position)
+    if now[1] < config.DIAG_FALL_FRACTION * (now[0] * was[1] / was[0]):
+        return []  # position 0 fell as much: the head, not the chain after it
+    for i in range(1, total.k):
+        if now[i] > 0 and was[i] > 0 and now[i + 1] / now[i] < config.DIAG_FALL_FRACTION * (was[i + 1] / was[i]):
+            return [_chain_hint(total, ref, label, i)]
+    return []
+
+
 # The low engines one_rank names one by one; the rest are counted.
 MAX_NAMED_ENGINES = 8
 # Causes that rest on evidence a draft shorter than k does not explain (diagnose).
-INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift")
+INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift", "chain_break")
 
 
 def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: BaselineProfile | None) -> bool:

@@ -28,7 +28,7 @@ from .parse_pool import Failure, Payload, Read, WorkerError
 from .parser import PayloadTooLarge
 from .settings import Settings, Target
 from .sources import MODELS_PATH, SourceError, credentials, fetch_metrics, models_url, read_served_models, redact_url, scrub
-from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows, model_views
+from .views import POLL_DURATION_BUCKETS, ModelView, Seen, TargetView, history_windows, model_total, model_views
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
@@ -70,8 +70,10 @@ class TargetPoller:
         self._warnings_suppressed = 0
         self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
-        # What changed per model (restarts, k), with when: a fall that coincides is a hint.
-        self._changes: dict[str, list[tuple[float, str]]] = {}
+        # What changed per model (restarts, k), with when: a fall that coincides is a hint. Held
+        # for the day at most, with the model's health window just before the first of them.
+        self._changes: dict[str, dict[str, tuple[float, float]]] = {}  # model -> what -> (first, last) seen
+        self._before: dict[str, tuple[float, Counters | None]] = {}
         self._k: dict[str, int] = {}
         self._position0_healthy_at: dict[str, float] = {}  # model -> when its position 0 was last healthy
         self._appeared_logged = 0
@@ -200,24 +202,53 @@ class TargetPoller:
         horizon = now - config.POSITION0_LOOKBACK_SECONDS
         self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
 
-    def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, list[str]]:
-        """Restarts and k changes per model within the health window (for the diagnosis). A change
-        while the model was already degraded or collapsed (the last verdict) is not kept: the fall
-        started before it, so it cannot be its cause (a restart that fixes a fall is not blamed for it)."""
+    def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, Seen]:
+        """Restarts and k changes per model within the day, with when (each window's
+        verdict reads those within it: views.window_verdict), and the model's health window at the
+        last poll before the first of them. A change while the model was already degraded or
+        collapsed (the last verdict) is not kept: the fall started before it, so it cannot be its
+        cause (a restart that fixes a fall is not blamed for it)."""
         fallen = {mv.model_name for mv in self.view.models if mv.health in ("degraded", "collapsed")}
+        found: dict[str, list[str]] = {}
         for model, engine in observation.restarted:
             if model not in fallen:
-                self._changes.setdefault(model, []).append((now, f"a restart of engine {engine}"))
+                found.setdefault(model, []).append(f"a restart of engine {engine}")
         ks: dict[str, int] = {}
         for (model, _), c in kept.items():
             ks[model] = max(ks.get(model, 0), c.k)
         for model, k in ks.items():
             if self._k.get(model, k) != k and model not in fallen:
-                self._changes.setdefault(model, []).append((now, f"k {self._k[model]} -> {k}"))
+                found.setdefault(model, []).append(f"k {self._k[model]} -> {k}")
             self._k[model] = k
-        horizon = now - dict(self.settings.windows)[self.settings.health_window]
-        self._changes = {m: kept_ for m, v in self._changes.items() if (kept_ := [x for x in v if x[0] >= horizon])}
-        return {m: list(dict.fromkeys(text for _, text in v)) for m, v in self._changes.items()}
+        # Held as long as the verdict may read position 0 from the day (POSITION0_LOOKBACK_SECONDS),
+        # and never past a health window in which the model stood (below).
+        horizon = now - max(self.settings.windows[-1][1], config.POSITION0_LOOKBACK_SECONDS)
+        previous = {mv.model_name: mv for mv in self.view.models}
+        # A change whose whole health window has passed with the model not fallen caused nothing
+        # that is still there: forgotten, so a later fall is not pinned on it.
+        passed = now - dict(self.settings.windows)[self.settings.health_window]
+        for model, held in self._changes.items():
+            if model in previous and model not in fallen:
+                for text in [w for w, (_, last) in held.items() if last < passed]:
+                    del held[text]
+                if not held:
+                    self._before.pop(model, None)
+        for model, texts in found.items():
+            held = self._changes.setdefault(model, {})
+            for text in texts:  # one entry per change, however often it recurs: bounded
+                held[text] = (held.get(text, (now, now))[0], now)
+            if model not in self._before or self._before[model][0] < horizon:
+                mv = previous.get(model)
+                before = model_total(mv, self.settings.health_window, self.settings.min_drafts) if mv is not None else None
+                self._before[model] = (now, before)
+        self._changes = {
+            m: kept_ for m, v in self._changes.items() if (kept_ := {w: seen for w, seen in v.items() if seen[1] >= horizon})
+        }
+        self._before = {m: b for m, b in self._before.items() if m in self._changes}
+        return {
+            m: Seen(now, tuple((a, b, w) for w, (a, b) in v.items()), self._before[m][1] if m in self._before else None)
+            for m, v in self._changes.items()
+        }
 
     def _counted(self, result: str, duration: float) -> TargetView:
         """The view with this poll counted (its result and duration)."""
@@ -343,7 +374,7 @@ class TargetPoller:
         )
 
     def _views(
-        self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Sequence[str]], position0_healthy: set[str]
+        self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Seen], position0_healthy: set[str]
     ) -> tuple[tuple[ModelView, ...], dict[str, float]]:
         """The model views and each window's span, from one reading of the history's windows."""
         windows = history_windows(self.history, self.settings)

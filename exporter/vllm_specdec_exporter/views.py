@@ -8,7 +8,7 @@ without locks. ``model_views`` derives the per-model figures from a target's his
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .health import Earlier, Hint, Verdict, find_profile, judge
@@ -37,6 +37,28 @@ class ModelWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class Seen:
+    """What the poller saw of one model beside its counters: the restarts and k changes, the
+    model just before the first of them, and whether position 0 was healthy within the day.
+    The verdict of every window reads it (``window_verdict``): the health window's on /metrics
+    and the landing page, any other on /api/v1/summary."""
+
+    at: float = 0.0  # the poll's monotonic time
+    # (first, last, what): each change the poller holds (views.Seen), when first and last seen
+    changes: tuple[tuple[float, float, str], ...] = ()
+    before: Counters | None = None  # the model's health window at the last poll before the first of them
+    position0_healthy: bool = False
+
+    def within(self, seconds: float) -> list[str]:
+        """The changes seen within the last ``seconds``."""
+        return [what for _, last, what in self.changes if last >= self.at - seconds]
+
+    def older(self, seconds: float) -> tuple[str, ...]:
+        """The changes seen before the last ``seconds`` (and still held)."""
+        return tuple(what for first, _, what in self.changes if first < self.at - seconds)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelView:
     model_name: str
     k: int
@@ -49,6 +71,7 @@ class ModelView:
     # What the served name serves (--model), when known: vLLM's /v1/models, else the target's model.
     root: str | None = None
     profile_matched_by: str = "none"  # health.MATCHED_BY: config, served_name, root, alias or none
+    seen: Seen = field(default_factory=lambda: Seen())  # what the verdict of any window reads beside the counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +118,7 @@ def model_views(
     raw: Mapping[SeriesKey, Counters],
     settings: Settings,
     target: Target | None,
-    changes: Mapping[str, Sequence[str]] | None = None,
+    changes: Mapping[str, Seen] | None = None,
     position0_healthy: Collection[str] = (),
     roots: Mapping[str, str] | None = None,
 ) -> tuple[ModelView, ...]:
@@ -103,7 +126,8 @@ def model_views(
     engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
     /v1/models), where known; where not (or where it names no root but the served name
     itself), the ``target``'s model. A profile is looked for under both, unless the target
-    names one outright (health.find_profile)."""
+    names one outright (health.find_profile). ``changes``: what the poller saw change per
+    model (``Seen``; its ``position0_healthy`` is set from ``position0_healthy``)."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
@@ -115,6 +139,7 @@ def model_views(
         for m, k in k_by_model.items()
     }
     profiles = {m: profile for m, (profile, _) in found.items()}
+    seen = {m: replace((changes or {}).get(m) or Seen(), position0_healthy=m in position0_healthy) for m in k_by_model}
     judged: dict[str, Verdict] = {}
     for label, window in windows.items():
         grouped: dict[str, dict[str, Counters]] = {}
@@ -136,14 +161,15 @@ def model_views(
             per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, engines)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
-                judged[model] = judge(
+                longest = windows.get(settings.windows[-1][0])
+                judged[model] = window_verdict(
+                    label,
                     engines,
                     window.span_seconds,
+                    None if longest is None else [c for (m, _), c in longest.engines.items() if m == model],
                     profiles[model],
-                    settings.detection,
-                    settings.min_drafts,
-                    (changes or {}).get(model, ()),
-                    _earlier(windows, settings, model, model in position0_healthy),
+                    settings,
+                    seen[model],
                 )
     views = []
     for model in sorted(per_model):
@@ -160,6 +186,7 @@ def model_views(
                 verdict.causes,
                 roots.get(model),
                 found[model][1],
+                seen[model],
             )
         )
     return tuple(views)
@@ -173,12 +200,36 @@ def _root(served: str, root: str | None, target: Target | None) -> str | None:
     return root
 
 
-def _earlier(windows: Mapping[str, WindowDelta], settings: Settings, model: str, position0_healthy: bool) -> Earlier:
-    """What came before the health window: the model over the longest window (when longer) and
-    whether its position 0 was healthy within the last day."""
-    label = settings.windows[-1][0]
-    window = windows.get(label) if label != settings.health_window else None
-    total = None
-    if window is not None:
-        total = sum_counters([c for (m, _), c in window.engines.items() if m == model])
-    return Earlier(label, total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None, position0_healthy)
+def window_verdict(
+    label: str,
+    engines: Mapping[str, Counters],
+    span: float | None,
+    longest: Sequence[Counters] | None,
+    profile: BaselineProfile | None,
+    settings: Settings,
+    seen: Seen,
+) -> Verdict:
+    """The verdict over one window (``engines``: its counters) with what the poller saw beside
+    them: the changes within the window; and what came before it (``longest``: the model over the
+    longest window, when longer): the changes older than the window, the figures before the first
+    change, whether position 0 was healthy within the day."""
+    seconds = dict(settings.windows)[label]
+    last = settings.windows[-1][0]
+    total = sum_counters(longest) if longest is not None and label != last else None
+    changes = seen.within(seconds)
+    older = seen.older(seconds) if label != last else ()
+    earlier = Earlier(
+        last,
+        total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
+        seen.position0_healthy,
+        seen.before if changes or older else None,
+        older,
+    )
+    return judge(engines, span, profile, settings.detection, settings.min_drafts, changes, earlier)
+
+
+def model_total(mv: ModelView, label: str, min_drafts: int) -> Counters | None:
+    """The model over one window (its engines summed), when it drafted at least ``min_drafts``."""
+    w = mv.windows.get(label)
+    total = sum_counters(w.counters.values()) if w is not None and w.counters else None
+    return total if total is not None and total.drafts >= max(min_drafts, 1) else None

@@ -12,7 +12,7 @@ import contextlib
 import html
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -23,7 +23,8 @@ from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
-from .health import NO_BASELINE, Verdict, describe, judge
+from .derive import sum_counters
+from .health import NO_BASELINE, Verdict, describe
 from .model import Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
@@ -31,7 +32,7 @@ from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
 from .settings import Settings
 from .summary import summarize
-from .views import ModelView, ModelWindow, TargetView
+from .views import ModelView, ModelWindow, Seen, TargetView, window_verdict
 from .webconfig import Authenticator, LiveWebConfig, auth_middleware
 
 # Above the default 128: a burst of scrapes (many Prometheus replicas, a load
@@ -188,14 +189,34 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
 
     def verdict(model: str, per_engine: Mapping[str, Counters]) -> Verdict:
         # The health window of one target: the very verdict /metrics and the landing page show.
-        served = [mv for v in views for mv in v.models if mv.model_name == model]
+        served = [(v.name, mv) for v in views for mv in v.models if mv.model_name == model]
         if window == settings.health_window and len(served) == 1:
-            mv = served[0]
+            mv = served[0][1]
             return Verdict(mv.health, mv.health_reason, mv.engine_health, mv.health_causes)
-        profile = served[0].profile if served else None
-        return judge(per_engine, span, profile, settings.detection, settings.min_drafts)
+        # Any other window, or several targets: judged as the poller judges its health window,
+        # with what it saw beside the counters (restarts, k changes, the figures before them,
+        # position 0 within the day) and the longest window before it.
+        profile = served[0][1].profile if served else None
+        last = settings.windows[-1][0]
+        longest = [c for _, mv in served if (w := mv.windows.get(last)) is not None for c in w.counters.values()]
+        return window_verdict(window, per_engine, span, longest, profile, settings, _seen(served))
 
     return summarize(engines, span, warnings, verdict)
+
+
+def _seen(served: Sequence[tuple[str, ModelView]]) -> Seen:
+    """What the pollers of the targets serving one model saw (views.Seen): one target's as it is;
+    several targets' together, each change naming its target."""
+    if len(served) == 1:
+        return served[0][1].seen
+    seen = [(name, mv.seen) for name, mv in served]
+    befores = [s.before for _, s in seen]
+    return Seen(
+        max((s.at for _, s in seen), default=0.0),
+        tuple((a, b, f"{what} on target {name}") for name, s in seen for a, b, what in s.changes),
+        sum_counters([b for b in befores if b is not None]) if befores and all(b is not None for b in befores) else None,
+        any(s.position0_healthy for _, s in seen),
+    )
 
 
 async def summary(request: web.Request) -> web.Response:
