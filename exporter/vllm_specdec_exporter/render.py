@@ -82,12 +82,11 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
     if "profile" in entry:  # report and diff: what the figures were judged against
         p = entry["profile"]
         lines.append("")
-        lines.append(
-            f"  baseline profile        {_safe(p['name'])} (lowest healthy AL {p['mean_acceptance_length']:.2f})"
-            if p
-            else "  baseline profile        none for this name: a head partly broken from the start reads as healthy\n"
-            "                          (the sidecar also looks up vLLM's /v1/models root and baselines.aliases)"
-        )
+        if p:
+            lines.append(f"  baseline profile        {_safe(p['name'])} (lowest healthy AL {p['mean_acceptance_length']:.2f})")
+        else:  # two lines: each line is escaped, so a newline inside one printed as a literal \n
+            lines.append("  baseline profile        none for this name: a head partly broken from the start reads as healthy")
+            lines.append("                          (the sidecar also looks up vLLM's /v1/models root and baselines.aliases)")
     if (ra := s.get("request_acceptance")) is not None:
         lines += ["", *_request_lines(ra)]
     if entry.get("diagnosis"):
