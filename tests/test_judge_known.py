@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vllm_specdec_exporter import config
@@ -80,3 +81,22 @@ def test_engines_changed_by_a_verdict_are_judged_from_scratch():
     summarize({("m", "0"): good, ("m", "1"): good}, None, (), verdict)
     assert seen[0] == judge({"0": bad, "1": bad}, None, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
     assert seen[0].state == "collapsed"
+
+
+def test_position_0_floor_under_a_profile_is_what_the_profile_allows():
+    """Issue 30 item 5: under a profile, position 0's floor is degraded_fraction x (profile AL - 1)
+    / k, at most 0.5 (as FirstPositionAcceptanceLow's). A DSpark-like k=7 deployment at position 0
+    0.45 and AL 2.5 is healthy against the V4-Flash k=7 profile (1.99: floor 0.75 x 0.99 / 7 =
+    0.106, AL threshold 1.7425); at k=2 (profile 2.27: floor 0.476) position 0 at 0.45 is not."""
+    det = config.DETECTION
+    assert det.position0_floor_under(1.99, 7) == pytest.approx(0.10607, abs=1e-5)
+    assert det.position0_floor_under(2.27, 2) == pytest.approx(0.47625)
+    assert det.position0_floor_under(1.79, 1) == 0.5  # 0.5925, capped
+    k7 = BaselineProfile("flash-k7", re.compile("x"), 7, 1.99)
+    # 1,000 drafts: 450 accepted at position 0, then a survival curve summing to 1,500 accepted (AL 2.5).
+    dspark = Counters(1000, 7000, 1500, (450, 320, 260, 200, 150, 70, 50))
+    assert judge({"0": dspark}, 60.0, k7, det, 100).state == "ok"
+    k2 = BaselineProfile("pro-k2", re.compile("x"), 2, 2.27)
+    low = Counters(1000, 2000, 900, (450, 450))  # position 0 0.45 < 0.476
+    v = judge({"0": low}, 60.0, k2, det, 100)
+    assert v.state == "degraded" and "position 0 acceptance 0.450 < 0.476" in v.reason, v

@@ -214,6 +214,14 @@ class Detection:
     # top-level `min_drafts`, not a `health:` key).
     min_drafts: int = DEFAULT_MIN_DRAFTS
 
+    def position0_floor_under(self, profile_al: float, k: int) -> float:
+        """Position 0's floor where a profile (AL ``profile_al`` at ``k``) matches: AL - 1 <= k x
+        position 0, so a model the profile calls healthy (gain >= degraded_fraction x the
+        profile's) has position 0 >= degraded_fraction x (profile AL - 1) / k; at most
+        position0_floor. The V4-Flash k=7 profile (1.99) allows 0.106, V4-Pro k=2 (2.27) 0.476.
+        FirstPositionAcceptanceLow's PromQL is generated from the same formula (rules.py)."""
+        return min(self.position0_floor, self.degraded_fraction * (profile_al - 1) / k)
+
 
 DETECTION = Detection()
 

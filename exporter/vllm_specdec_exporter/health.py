@@ -554,19 +554,20 @@ def _judge(
             what = f"mean acceptance length {al:.3f} < {floor:.3f} on the whole model; " + what
         return Verdict("degraded", what, states)
     pos0 = st.per_position_acceptance[0] if st.per_position_acceptance else None
-    if pos0 is not None and pos0 < det.position0_floor:
+    p0floor = det.position0_floor if profile is None else det.position0_floor_under(profile.mean_acceptance_length, profile.k)
+    if pos0 is not None and pos0 < p0floor:
         # Low against a profile, or after it was better: a fall. Low from the start with neither:
         # a steady weak drafter and a partly broken one cannot be told apart (as the alert).
         if profile is None and not (earlier is not None and earlier.position0_healthy):
             return Verdict(
                 "unknown",
-                f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g} from the start, "
+                f"position 0 acceptance {pos0:.3f} < {p0floor:g} from the start, "
                 f"with no profile: a weak drafter or a partly broken one",
                 states,
             )
         return Verdict(
             "degraded",
-            f"position 0 acceptance {pos0:.3f} < {det.position0_floor:g}: a broken draft "
+            f"position 0 acceptance {pos0:.3f} < {p0floor:.3g}: a broken draft "
             f"path, or synthetic random-token load such as a benchmark",
             states,
         )

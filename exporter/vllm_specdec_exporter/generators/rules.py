@@ -518,9 +518,8 @@ def _engine_lagging(x: X) -> tuple[str, str]:
 
 
 def _position0_floor(x: X) -> str:
-    """Position 0's floor per server: where a profile matches, the lowest position 0 that its
-    healthy figure allows (AL - 1 <= k x position 0, so a server BelowBaseline calls healthy has
-    position 0 >= degraded_fraction x (profile AL - 1) / k), at most position0_floor; without one,
+    """Position 0's floor per server: where a profile matches, config.Detection.position0_floor_under
+    (degraded_fraction x (profile AL - 1) / k, at most position0_floor); without one,
     position0_floor once the model's position 0 reached it within the day (in any of its pods,
     so a rollout keeps it). A steady weak drafter with neither (vLLM's Qwen3-VL EAGLE3
     reference: 0.29) has not fallen."""
