@@ -250,6 +250,12 @@ DIAG_CHAIN_BREAK_CONDITIONAL = 0.10
 # A workload shift needs a fall seen over time: AL - 1 over the health window below this
 # fraction of the longest window's, with no restart or k change (the Dropped alert's 40 %).
 DIAG_FALL_FRACTION = 0.6
+# A drift, named as a hint and never a fall (no verdict, no alert): every position lower together
+# and the gain below this fraction of the earlier figure at the same k. Workload alone moves AL by
+# ~15 % (V4-Flash k=2 on code: 2.35 to 2.70), so less is the mix; more is worth naming, beside
+# the restart it began with if one is in sight (an upgrade's drift: 74.15 % -> 57.80 % at k=3,
+# the gain at 78 %). Not a verdict: a traffic mix moves the gain by up to ~31 %.
+DIAG_DRIFT_FRACTION = 0.85
 # Positions accepted in exactly 0 drafts name a draft shorter than k only when at least this
 # many drafts reached the first of them (a real DSpark k=7 run: ~20 % of drafts reach
 # position 5; behind a broken head 16 of 550 did, and zeros there are its consequence).

@@ -268,7 +268,7 @@ def diagnose(
     # earlier figure at the same k) is a fall whatever the profile says.
     dropped = ref is not None and ref.k == total.k and gain < config.DIAG_FALL_FRACTION * _gain(ref)
     if not (fell or dropped):
-        return tuple(shape + hints)
+        return tuple(shape + _drift(total, ref, ref_label, seen) + hints)
     falls: list[Hint] = []
     if seen:
         falls.append(_changed(seen, total, earlier.before if earlier is not None else None))
@@ -357,6 +357,23 @@ def diagnose(
         falls = [h for h in falls if h.cause in INDEPENDENT_OF_SHORT]
         return tuple(short + falls + [h for h in shape if h not in short] + hints)
     return tuple(falls + shape + hints)
+
+
+def _drift(total: Counters, ref: Counters | None, ref_label: str, seen: Sequence[str]) -> list[Hint]:
+    """Every position lower together than the reference at the same k, the gain under
+    DIAG_DRIFT_FRACTION of it, with no fall: a hint only (an upgrade's drift or a traffic mix)."""
+    if ref is None or ref.k != total.k or ref.drafts <= 0 or _gain(total) >= config.DIAG_DRIFT_FRACTION * _gain(ref):
+        return []
+    if not all(a / total.drafts < b / ref.drafts for a, b in zip(total.per_position, ref.per_position, strict=True)):
+        return []
+    figures = (
+        f"every position lower together: AL {1 + _gain(total):.3f} against {1 + _gain(ref):.3f} {ref_label} "
+        f"(the gain at {_pct(_gain(total) / _gain(ref))} of it)"
+    )
+    if seen:
+        since = "" if ref_label.startswith("before") else f", since {', '.join(seen)}"
+        return [Hint("configuration_change", f"{figures}{since}: a drift that came with it")]
+    return [Hint("workload_shift", f"{figures}, with no restart or k change: a traffic-mix change, or a drift")]
 
 
 def _reference(earlier: Earlier | None, seen: Sequence[str]) -> tuple[Counters | None, str]:
