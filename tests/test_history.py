@@ -344,4 +344,28 @@ def test_a_restart_known_from_the_start_time_counts_from_it_at_once():
     assert list(got.restarted) == [key] and not got.inconsistent
     assert got.increments[key].drafts == 1500  # not 400
     got = h.observe(15.0, {key: replace(c(1200), started=1.7e9)})  # the old process answers again
+    # Two servers behind one URL: said, and what the old one drafted since it was last counted added.
+    assert got.increments[key].drafts == 100 and got.inconsistent[0][1].startswith("a server seen before answers")
+    got = h.observe(20.0, {key: replace(c(1000), started=1.7e9 - 50)})  # one never counted, started earlier
     assert got.increments == {} and got.inconsistent[0][1].startswith("an engine that started earlier")
+
+
+def test_a_rollouts_old_and_new_replicas_alternating_in_pairs_are_each_counted_once():
+    """Issue 31: behind one URL the old replica (started at 1000) and the new one (started at 5000,
+    its counters 4,000 drafts when it first answers) alternate two polls each. Each poll of a
+    replica adds what it drafted since its own last poll counted, and the new one's 4,000 once
+    (the restart that brought it): never its whole life again on each return (that added
+    4,000-odd drafts per switch). Each replica drafts 100 a poll, counted or not."""
+    h = TargetHistory(WINDOWS, 4000)
+    old = lambda n: replace(c(10_000 + 100 * n), started=1000.0)
+    new = lambda n: replace(c(4_000 + 100 * n), started=5000.0)
+    counted = []
+    for i in range(16):
+        which = new if i >= 2 and (i // 2) % 2 == 1 else old
+        obs = h.observe(5.0 * i, {KEY: which(i)})
+        counted.append(obs.increments[KEY].drafts if KEY in obs.increments else 0)
+    # polls 0-1 old (the first is not an increment), 2-3 new, 4-5 old, ... 14-15 new.
+    # Old at poll 1: +100. New at 2: its life, 4,200 (a restart), at 3: +100. Old back at 4: +300
+    # (its polls 2 and 3 drafted too), at 5: +100. New back at 6: +300, at 7: +100; and so on.
+    assert counted == [0, 100, 4_200, 100, 300, 100, 300, 100, 300, 100, 300, 100, 300, 100, 300, 100]
+    assert h.window("1h").engines[KEY].drafts == sum(counted)

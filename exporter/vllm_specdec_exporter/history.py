@@ -139,6 +139,9 @@ def _histogram(c: Counters) -> tuple[tuple[float, ...], tuple[float, ...] | None
     return ((), None) if h is None else (h.edges, (*h.cumulative, h.count))
 
 
+_PROCESSES_REMEMBERED = 4  # per engine: old and new replicas of a rollout, and a margin
+
+
 @dataclass(slots=True)
 class _Engine:
     base: Counters  # the last consistent values
@@ -149,6 +152,18 @@ class _Engine:
     pending_kind: str = ""
     generation: _Side = field(default_factory=_Side)
     histogram: _Side = field(default_factory=_Side)
+    # The last values counted of each process (by vLLM's _created) that answered as this engine,
+    # the newest few: a replica seen before that answers again (two servers behind one URL, old
+    # and new alternating in a rollout) adds what it did since, never its whole life again.
+    counted: dict[float, Counters] = field(default_factory=dict)
+
+    def rebase(self, now: Counters, t: float) -> None:
+        self.base, self.base_t = now, t
+        if now.started is not None:
+            self.counted.pop(now.started, None)
+            self.counted[now.started] = now
+            while len(self.counted) > _PROCESSES_REMEMBERED:
+                del self.counted[next(iter(self.counted))]
 
     def totals(self) -> Counters:
         """The running total with its sides."""
@@ -211,6 +226,7 @@ class TargetHistory:
                 # an increment: counting it could add an engine's whole lifetime to a
                 # window, while skipping it loses at most one poll interval.
                 e = self._engines[key] = _Engine(now, t, _zero(now.k), t)
+                e.rebase(now, t)
                 self._step_sides(e, key, now, False, False, skipped)
                 if not first_poll:
                     appeared.append(key)
@@ -220,11 +236,23 @@ class TargetHistory:
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
             confirmed = False
+            twin = now.started is not None and e.base.started is not None and now.started != e.base.started
+            earlier = e.counted.get(now.started) if twin else None
             if verdict == CONSISTENT:
                 if pending is not None and kind == RESTART:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
                 self._add(e, key, delta(e.base, now)[0], increments)
-                e.base, e.base_t = now, t
+                e.rebase(now, t)
+            elif earlier is not None and classify(earlier, now, t - e.base_t) == CONSISTENT:
+                # A process counted before answers again: what it did since, and said (not a restart).
+                # Its generation tokens and histogram start from here (one poll's worth lost).
+                inconsistent.append((key, "a server seen before answers again (two servers behind one URL?)"))
+                self._add(e, key, delta(earlier, now)[0], increments)
+                e.rebase(now, t)
+                for side, read in ((e.generation, _generation), (e.histogram, _histogram)):
+                    if (values := read(now))[1] is not None:
+                        side._rebase(values[0], values[1], count=False)
+                continue
             elif verdict == STARTED_AGAIN or (
                 pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT
             ):
@@ -234,13 +262,13 @@ class TargetHistory:
                 confirmed = True
                 restarted.append(key)
                 self._add(e, key, now, increments)
-                e.base, e.base_t = now, t
+                e.rebase(now, t)
             elif pending is not None:
                 # Two odd polls in a row: this one is the new base, nothing is added.
                 inconsistent.append((key, verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
                     self._new_total(e, now.k)
-                e.base, e.base_t = now, t
+                e.rebase(now, t)
             else:
                 e.pending, e.pending_kind = now, verdict
                 if verdict != RESTART:
