@@ -237,7 +237,7 @@ class TargetHistory:
             e.pending, e.pending_kind = None, ""
             confirmed = False
             twin = now.started is not None and e.base.started is not None and now.started != e.base.started
-            earlier = e.counted.get(now.started) if twin else None
+            earlier = e.counted.get(now.started) if twin and now.started is not None else None
             if verdict == CONSISTENT:
                 if pending is not None and kind == RESTART:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
