@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test soak bench fuzz venv tools generate preview clean
+.PHONY: demo test check soak bench fuzz venv tools generate preview clean
 
 # The demo needs only the runtime dependencies; the tests add the test extra.
 $(RUNTIME_STAMP): pyproject.toml
@@ -57,6 +57,18 @@ preview: $(STAMP) tools
 ## Options through ARGS, e.g. make demo ARGS="--exporter-port 9800 --simulator-port 18100 --speed 2"
 demo: $(RUNTIME_STAMP)
 	$(CLI) demo $(ARGS)
+
+## check: the inner loop (under a minute on 2 cores): lint, formatting, types, and the unit tier: the
+## tests of the pure core (parser, adapters, derive, health and diagnosis, history, settings, rule
+## generation) that start no process and are not marked long. `make test` runs them all and the rest.
+UNIT_TESTS := adapter_ranking adapters bounds_producers derive derive_fastpath dspark_short_draft durations \
+  generators_options judge_known layers max_k metrics_registry one_diagnosis parse_fastpath parse_speed parser \
+  properties real_shapes registry rule_groups seed_data settings history
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check exporter bench
+	$(VENV)/bin/mypy --strict exporter/vllm_specdec_exporter
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider -m "not soak and not long" $(UNIT_TESTS:%=tests/test_%.py)
 
 ## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group
 TEST_WORKERS ?= 2

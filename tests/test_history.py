@@ -53,6 +53,7 @@ def test_window_start_is_within_a_sixtieth_of_the_window():
         assert w.engines[KEY].drafts == pytest.approx(10 * w.span_seconds)
 
 
+@pytest.mark.long
 def test_memory_is_bounded_whatever_the_uptime():
     h = TargetHistory(WINDOWS, 4000)
     bound = len(WINDOWS) * (config.WINDOW_RESOLUTION + 2)

@@ -50,6 +50,7 @@ def _handed(span, profile=None):
     return lambda model, engines: judge(engines, span, profile, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
 
 
+@pytest.mark.long
 @settings(max_examples=400, deadline=None)
 @given(ENGINES, st.sampled_from([None, 10.0, 600.0]), st.sampled_from([None, PROFILE]))
 def test_the_verdict_is_the_same_with_what_summarize_computed(engines, span, profile):
@@ -59,6 +60,7 @@ def test_the_verdict_is_the_same_with_what_summarize_computed(engines, span, pro
         assert json.dumps(summarize(engines, span)) == json.dumps(handed)
 
 
+@pytest.mark.long
 @settings(max_examples=200, deadline=None)
 @given(ENGINES)
 def test_each_engine_names_its_series_in_its_invariant_messages(engines):

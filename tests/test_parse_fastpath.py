@@ -281,6 +281,7 @@ def _values(samples) -> list:
     return sorted((s.name, tuple(sorted(s.labels.items())), repr(s.value)) for s in samples)
 
 
+@pytest.mark.long
 @settings(max_examples=300, deadline=None)
 @given(exposition())
 def test_fast_careful_and_prometheus_client_read_the_same_samples(text):

@@ -3,6 +3,7 @@ no input makes the parser raise anything but a clear ParseError."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from vllm_specdec_exporter.adapters import extract
@@ -35,6 +36,7 @@ draft = st.integers(1, 4).flatmap(lambda t: st.tuples(st.just(t), st.integers(0,
 engine_step = st.one_of(st.just("restart"), st.lists(draft, max_size=8))
 
 
+@pytest.mark.long
 @given(k=st.integers(1, 4), engines=st.integers(1, 3), steps=st.lists(st.lists(engine_step, min_size=3, max_size=3),
                                                                          min_size=1, max_size=6))
 def test_counter_streams_with_restarts(k, engines, steps):

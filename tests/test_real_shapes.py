@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from conftest import run_cli
 from test_restart_causes import T0, Sidecar, dump
 from vllm_specdec_exporter import config
@@ -134,6 +135,7 @@ def decode_node(t: float) -> bytes:
                       for i, v in enumerate(pos))]).encode()
 
 
+@pytest.mark.long
 def test_a_decode_node_decaying_while_its_prefill_peer_stays_healthy():
     """Two targets serving GLM-5.2 (no profile). Two hours into the decay the decode node is
     degraded (position 0 was healthy within the day) by a slow fall, no restart: never "nothing
