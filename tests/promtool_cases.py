@@ -487,9 +487,18 @@ def quiet_rollout_group(v: str) -> dict:
     s += deployment(v, "roll-leaves", PRO, [(healthy, 47)])
     s += deployment(v, "roll-k-lowered", PRO, [(mix(6590, [6090, 4530, 3020]), 70), ("restart",), (mix(6590, [6090]), 50)])
     s += deployment(v, "roll-weak", "Qwen/Qwen3-VL-8B-Instruct", [(mix(1000, [290, 60, 10]), 120)])
+    # No hour that is not the model's figure becomes its reference (found attacking the rules): a
+    # warm-up's first 10 minutes of easy traffic (AL 2.85, then 2.1 for good: its "hour" was 10
+    # minutes long), and a night's trickle of easy requests (1.1 drafts/s at AL 2.94 for 70
+    # minutes, then 1,000 a minute at 2.1): under reference_min_drafts_per_second (10).
+    ALONE.update({"warm-up", "night"})
+    s += deployment(v, "warm-up", PRO, [(mix(1000, [950, 900]), 10), (mix(1000, [700, 400]), 110)])
+    s += deployment(v, "night", PRO, [(mix(66, [64, 60]), 70), (mix(1000, [700, 400]), 50)])
     if v == "sidecar":
         for pod in [f"roll-{a}-{i}" for a in ("old", "new") for i in range(3)] + ["roll-leaves"]:
             s += sidecar_gauges(pod, PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+        for pod in ("warm-up", "night"):
+            s += sidecar_gauges(pod, PRO, 2, None, None)
         base = {"namespace": NS, "pod": "roll-k-lowered", "model_name": PRO, "job": "vllm-specdec-exporter", "target": "vllm"}
         s.append(gauge("vllm_specdec_num_speculative_tokens", base, "3x70 1x50"))
     alerts = (*DETECTION_ALERTS, "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeDraftChainBroken",

@@ -361,6 +361,10 @@ ALERT_ENGINE_LAG_FOR = "15m"
 # 1.80 over 30 minutes) is warned 29 minutes after it began, a sudden one within 7.
 ALERT_DROP_FRACTION = 0.4
 ALERT_DROPPED_FOR = "3m"
+# An hour becomes the healthy reference only as a full hour of one server at one k with
+# production traffic: at least this many drafts/s (one request decoding at 50 tok/s makes ~20).
+# A warm-up's first minutes, or a night's trickle of easy requests, are not the model's figure.
+ALERT_REFERENCE_MIN_DRAFTS_PER_SECOND = 10.0
 # Chain broken: position 1 accepted in under this share of the drafts whose position 0 was
 # accepted, with position 0 healthy. Healthy: 0.41 or more (the fixed V4-Flash k=2 sampling at
 # temperature 1.0: 0.29 / 0.70; V4-Pro 0.74; the golden curves 0.61-0.80); broken: SGLang's

@@ -79,6 +79,7 @@ def name(level: str, metric: str, op: str) -> str:
 ALERT_ONLY_THRESHOLDS = {
     "drop_fraction": c.ALERT_DROP_FRACTION,
     "chain_conditional_floor": c.ALERT_CHAIN_CONDITIONAL_FLOOR,
+    "reference_min_drafts_per_second": c.ALERT_REFERENCE_MIN_DRAFTS_PER_SECOND,
     "min_generation_tokens_per_second": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
     "wasted_position_ratio": c.ALERT_WASTED_POSITION_RATE,
     "suspicious_acceptance_ratio": c.ALERT_HIGH_ACCEPTANCE_RATE,
@@ -343,13 +344,19 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # changed within the hour adds nothing to that hour.
     k_label = name(K_SERVER, "num_speculative_tokens", "count_values")
     record(slow, k_label, f'count_values by ({by(labels)}) ("{K_LABEL}", {k})')
-    stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) changes({k}[{o.range(hw)}]) > 0)"
+    # Only full hours count (k recorded at nine tenths of this group's evaluations over the hour:
+    # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
+    rng = o.range(hw)
+    full = int(0.9 * c.parse_duration(rng) / c.parse_duration(o.long_group_interval()))
+    young = f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
+    stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) ({young}))"
     hourly = {
         m_: f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, m_, f'rate{hw}')} * {stable})"
         for m_ in ("accepted_tokens", "drafts")
     }
     at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
-    record(slow, at_k, f"1 + {hourly['accepted_tokens']}\n  / ({hourly['drafts']} > {o.thresholds['min_drafts_per_second']})")
+    floor = o.thresholds["reference_min_drafts_per_second"]
+    record(slow, at_k, f"1 + {hourly['accepted_tokens']}\n  / ({hourly['drafts']} >= {floor})")
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
@@ -733,6 +740,7 @@ THRESHOLD_MEANINGS = {
     "min_drafts_per_second": "traffic floor: drafts/s below which nothing is judged",
     "drop_fraction": "gain over 5m more than this fraction below the model's best hour of the day at the same k",
     "chain_conditional_floor": "position 1 accepted in fewer than this share of the drafts whose position 0 was",
+    "reference_min_drafts_per_second": "the drafts/s an hour needs to become the model's healthy reference",
     "min_generation_tokens_per_second": "generation tokens/s above which no drafts means not drafting",
     "wasted_position_ratio": "the last position accepted in fewer than this share of drafts",
     "suspicious_acceptance_ratio": "acceptance above this share",
