@@ -101,7 +101,7 @@ def main() -> int:
     view = View()
     with ExitStack() as es:
         inc = Incident(es, E2E / "venv", models, scratch, E2E / "cache", cli, log=view.event, plan=PLAN)
-        view.event("booting three vLLM servers (healthy, broken, healthy again): 1 to 3 minutes on 2 cores")
+        view.event("booting three vLLM servers in turn (healthy, broken, healthy again), each once the one before serves")
         inc.boot()
         inc.start_monitoring(health_window="20s")  # the window the view shows
         view.inc = inc

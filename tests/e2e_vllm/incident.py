@@ -9,7 +9,8 @@ send to Alertmanager with the shipped routing, which posts to the test's webhook
 
 Phases, in order: healthy (k=2) -> collapse (k=2) -> healthy again -> partial (k=2) ->
 beyond-k (the healthy head at k=4, beyond the two steps it was trained for) -> chain (k=2, a
-head whose chained step is broken). At most three vLLM servers are alive at once.
+head whose chained step is broken). Each phase's server boots once the one before it serves
+(Incident._launcher), so that its engine starts later, as a rolled-out pod's does.
 
 Server flags and the three traps they avoid (measured on this machine kind, December 2026),
 in docs/e2e-vllm.md, "The MTP incident":
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import alert_path
-from driver import PROMPTS, Forwarder, Sidecar, VllmServer, _post, free_port, pick, wait_for
+from driver import PROMPTS, Forwarder, Sidecar, VllmServer, _post, free_port, http_get, pick, wait_for
 from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.model import BaselineProfile
 
@@ -65,7 +66,7 @@ class Phase:
 
 PLAN = (("healthy", "healthy", 2), ("collapse", "collapse", 2), ("healthy-again", "healthy", 2),
         ("partial", "partial", 2), ("beyond-k", "healthy", 4), ("chain", "chain", 2))
-ALIVE = 3  # vLLM servers at once (about 3 GB each; the machine is shared)
+ALIVE = 3  # vLLM servers at once (about 2.2 GB each; the machine is shared)
 
 
 class Load:
@@ -128,24 +129,43 @@ class Incident:
         es.callback(self.forwarder.close)
         self._launched = 0
         self._stops: list[threading.Thread] = []
+        self._closing = threading.Event()
+        self._launcher_thread: threading.Thread | None = None
         self.current: Phase | None = None
         self.timings: dict[str, float] = {}
         self.started = time.monotonic()
         es.callback(self._stop_all)
 
     # --- servers -----------------------------------------------------------------------
-    def _launch_next(self) -> None:
-        while self._launched < len(self.phases) and self._alive() < ALIVE:
-            p = self.phases[self._launched]
-            p.server = VllmServer(self.venv, self.models, self.scratch, self.cache, p.name, free_port(), spec(p.k),
-                                  MTP_FLAGS, target=self.models / p.checkpoint, served_name=MTP_NAME)
-            p.server.launch()
-            self._launched += 1
+    def _launcher(self) -> None:
+        """Boot the phases' servers in order, each once the one before it serves, at most ALIVE.
+
+        A rollout is a restart for the sidecar only if the new server's engine started after
+        the old one's (vLLM's _created; an earlier one reads as an older server answering), so
+        a server may not boot beside its predecessor, which it could overtake (three booting
+        side by side from the start did: the collapse's server started 1 s before the healthy
+        one's, and the sidecar read the rollout as an older server answering). Each boots during
+        the phases before its own."""
+        while not self._closing.is_set() and self._launched < len(self.phases):
+            before = self.phases[self._launched - 1].server if self._launched else None
+            if self._alive() < ALIVE and (before is None or before.started_seconds is not None
+                                          or http_get(before.url + "/health", timeout=1)[0] == 200):
+                p = self.phases[self._launched]
+                p.server = VllmServer(self.venv, self.models, self.scratch, self.cache, p.name, free_port(), spec(p.k),
+                                      MTP_FLAGS, target=self.models / p.checkpoint, served_name=MTP_NAME)
+                p.server.launch()
+                self._launched += 1
+            else:
+                self._closing.wait(0.5)
 
     def _alive(self) -> int:
-        return sum(1 for p in self.phases if p.server is not None and p.server.proc.poll() is None)
+        return sum(1 for p in self.phases if p.server is not None and p.server.proc is not None
+                   and p.server.proc.poll() is None)
 
     def _stop_all(self) -> None:
+        self._closing.set()
+        if self._launcher_thread is not None:
+            self._launcher_thread.join()
         for t in self._stops:
             t.join()
         for p in self.phases:
@@ -153,9 +173,13 @@ class Incident:
                 p.server.stop()
 
     def boot(self) -> None:
-        self._launch_next()
+        self._launcher_thread = threading.Thread(target=self._launcher, daemon=True)
+        self._launcher_thread.start()
 
     def ready(self, phase: Phase) -> VllmServer:
+        wait_for(lambda: phase.server is not None or not self._launcher_thread.is_alive(), 900,
+                 f"the launch of {phase.name}'s server", step=0.5)
+        assert phase.server is not None, f"the launcher ended before {phase.name}'s server (see the log above)"
         phase.server.wait_ready(900)
         self.timings[f"ready {phase.name}"] = phase.server.started_seconds
         return phase.server
@@ -195,11 +219,8 @@ class Incident:
         old = self.current
         self.forwarder.backend = phase.server.port
         self.current = phase
-        if old is not None:
-            def stop_then_launch(server=old.server):
-                server.stop()
-                self._launch_next()
-            t = threading.Thread(target=stop_then_launch, daemon=True)
+        if old is not None:  # stopped beside the new one (the launcher boots the next when it is gone)
+            t = threading.Thread(target=old.server.stop, daemon=True)
             t.start()
             self._stops.append(t)
         # The sidecar's first poll of the new server sees its counters at zero, as after a real
