@@ -22,12 +22,20 @@ PRO = "deepseek-ai/DeepSeek-V4-Pro"
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 
 NAMES = {
-    "sidecar": {"drafts": "vllm_specdec_drafts_total", "tokens": "vllm_specdec_draft_tokens_total",
-                "accepted": "vllm_specdec_accepted_tokens_total", "pos": "vllm_specdec_position_accepted_tokens_total",
-                "gen": "vllm_specdec_generation_tokens_total"},
-    "vllm-direct": {"drafts": "vllm:spec_decode_num_drafts_total", "tokens": "vllm:spec_decode_num_draft_tokens_total",
-                    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-                    "pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total", "gen": "vllm:generation_tokens_total"},
+    "sidecar": {
+        "drafts": "vllm_specdec_drafts_total",
+        "tokens": "vllm_specdec_draft_tokens_total",
+        "accepted": "vllm_specdec_accepted_tokens_total",
+        "pos": "vllm_specdec_position_accepted_tokens_total",
+        "gen": "vllm_specdec_generation_tokens_total",
+    },
+    "vllm-direct": {
+        "drafts": "vllm:spec_decode_num_drafts_total",
+        "tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+        "pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "gen": "vllm:generation_tokens_total",
+    },
 }
 
 
@@ -71,19 +79,30 @@ def mix(drafts: float, per_pos: list[float], k: int | None = None, gen: float | 
     """Per-minute increments of one engine: drafts, and accepted counts per position."""
     k = k or len(per_pos)
     accepted = sum(per_pos)
-    return {"drafts": drafts, "tokens": drafts * k, "accepted": accepted, "pos": per_pos,
-            "gen": drafts + accepted if gen is None else gen}
+    return {
+        "drafts": drafts,
+        "tokens": drafts * k,
+        "accepted": accepted,
+        "pos": per_pos,
+        "gen": drafts + accepted if gen is None else gen,
+    }
 
 
-def deployment(variant: str, pod: str | None, model: str, phases, engine: str = "0", skip=(), extra=None,
-               target: str = "vllm") -> list[dict]:
+def deployment(
+    variant: str, pod: str | None, model: str, phases, engine: str = "0", skip=(), extra=None, target: str = "vllm"
+) -> list[dict]:
     """Series of one engine through phases: [(mix, minutes) | ('restart',) | ('absent-drafts', mix, minutes) |
     ('gone', minutes)].
     A phase with fewer positions than k (k lowered across a restart) leaves the others absent.
     No pod: a static scrape outside Kubernetes, without namespace and pod labels."""
     n = NAMES[variant]
-    labels = {**(extra or {}), **({"namespace": ns_of(pod), "pod": pod} if pod else {}), "model_name": model,
-              "engine": engine, "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm"}
+    labels = {
+        **(extra or {}),
+        **({"namespace": ns_of(pod), "pod": pod} if pod else {}),
+        "model_name": model,
+        "engine": engine,
+        "job": "vllm-specdec-exporter" if variant == "sidecar" else "vllm",
+    }
     if variant == "sidecar":
         labels["target"] = target
 
@@ -116,8 +135,9 @@ def deployment(variant: str, pod: str | None, model: str, phases, engine: str = 
         return out
 
     k = max(len(p[0]["pos"]) for p in phases if p[0] not in ("restart", "absent-drafts", "gone"))
-    out = [{"series": sel(n[key]), "values": series(segs(key))}
-           for key in ("drafts", "tokens", "accepted", "gen") if key not in skip]
+    out = [
+        {"series": sel(n[key]), "values": series(segs(key))} for key in ("drafts", "tokens", "accepted", "gen") if key not in skip
+    ]
     if "pos" not in skip:
         out += [{"series": sel(n["pos"], {"position": str(i)}), "values": series(segs("pos", i))} for i in range(k)]
     return out
@@ -159,34 +179,34 @@ NINETY_SEVEN = mix(1000, [975, 965])  # 97 %
 
 
 # The likely-cause annotation of each alert (issue 15), written out by hand.
-GARBAGE = ("the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means position 0 "
-           "was accepted in under 10 % of drafts")
+GARBAGE = (
+    "the draft head produces garbage (a broken quantised conversion or loader): AL below 1.1 means position 0 "
+    "was accepted in under 10 % of drafts"
+)
 ONE_RANK = "one rank: its siblings on the same server are healthy (a rank-specific load, device or node)."
 LIKELY = {
     "VLLMSpecDecodeTargetInconsistent": "two servers behind one URL (scrape the pods, not a Service), a producer whose "
-                                        "counters go down without a restart, or an engine faster than "
-                                        "MAX_DRAFTS_PER_SECOND.",
+    "counters go down without a restart, or an engine faster than "
+    "MAX_DRAFTS_PER_SECOND.",
     "VLLMSpecDecodeAcceptanceCollapsed": f"{GARBAGE}; or a configuration change, if it began with a restart or a new k.",
-    "VLLMSpecDecodeAcceptanceCollapsedFast": f"{GARBAGE}; or a configuration change, if it began with a restart or a "
-                                             f"new k.",
+    "VLLMSpecDecodeAcceptanceCollapsedFast": f"{GARBAGE}; or a configuration change, if it began with a restart or a new k.",
     "VLLMSpecDecodeEngineCollapsed": ONE_RANK,
     "VLLMSpecDecodeEngineLagging": ONE_RANK,
-    "VLLMSpecDecodeFirstPositionAcceptanceLow": 'a partly broken draft head (conversion, loader, draft sampling or context) if it has been low since a deployment; a workload shift (synthetic random-token load, temperature, traffic mix) if it fell without one: the counters alone cannot tell them apart.',
-    "VLLMSpecDecodeAcceptanceBelowBaseline": 'a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.',
+    "VLLMSpecDecodeFirstPositionAcceptanceLow": "a partly broken draft head (conversion, loader, draft sampling or context) if it has been low since a deployment; a workload shift (synthetic random-token load, temperature, traffic mix) if it fell without one: the counters alone cannot tell them apart.",
+    "VLLMSpecDecodeAcceptanceBelowBaseline": "a partly broken draft head if it has been below its profile since a deployment; a workload shift (traffic mix, temperature, synthetic load) if it fell without one; if position 0 is healthy, the chain breaks after it.",
     "VLLMSpecDecodeAcceptanceDropped": "a configuration change (a new artifact, version or rollout at the same k) if "
-                                       "it began with one; a head degrading in service, or a workload shift beyond "
-                                       "what workload alone explains, if not.",
+    "it began with one; a head degrading in service, or a workload shift beyond "
+    "what workload alone explains, if not.",
     "VLLMSpecDecodeDraftChainBroken": "the chain breaks after position 0: a mis-wired or unloaded later MTP layer, a "
-                                      "backend bug in how later draft positions are built, or k beyond what the draft "
-                                      "was trained for.",
+    "backend bug in how later draft positions are built, or k beyond what the draft "
+    "was trained for.",
     "VLLMSpecDecodeSpeculativeTokensWasted": "the draft chain breaks before the last position: k beyond what the "
-                                             "draft was trained for, or a mis-wired later layer.",
-    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken "
-                                                "metrics.",
+    "draft was trained for, or a mis-wired later layer.",
+    "VLLMSpecDecodeAcceptanceSuspiciouslyHigh": "too good to be true: repetition loops, a broken detector or broken metrics.",
     "VLLMSpecDecodeRequestAcceptanceExtreme": "very low per-request acceptance: garbled or rare-character output (the "
-                                              "target rejects the draft); very high: repetition loops (a corrupted "
-                                              "state in a high-confidence loop) -- or a workload that is one or the "
-                                              "other by design.",
+    "target rejects the draft); very high: repetition loops (a corrupted "
+    "state in a high-confidence loop) -- or a workload that is one or the "
+    "other by design.",
 }
 
 
@@ -214,82 +234,120 @@ def where(pod: str | None, model: str, target: str = "vllm") -> str:
 
 
 def collapsed(pod: str | None, model: str, value: str, target: str = "vllm") -> dict:
-    return alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(pod, model, target=target),
-                 "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-                 f"Mean acceptance length of {where(pod, model, target)} is {value} over 5m (1.0 means no draft token is "
-                 f"accepted) with real traffic. Decoding still works but runs at non-speculative speed: suspect the "
-                 f"draft head (quantised conversion, loader) or draft sampling.")
+    return alert(
+        "VLLMSpecDecodeAcceptanceCollapsed",
+        "critical",
+        pod_labels(pod, model, target=target),
+        "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+        f"Mean acceptance length of {where(pod, model, target)} is {value} over 5m (1.0 means no draft token is "
+        f"accepted) with real traffic. Decoding still works but runs at non-speculative speed: suspect the "
+        f"draft head (quantised conversion, loader) or draft sampling.",
+    )
 
 
 def below_baseline(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceBelowBaseline", "warning", pod_labels(pod, model),
-                 "Speculative-decoding acceptance is below the baseline profile's expectation.",
-                 f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 1 + 0.75 x (baseline - 1) "
-                 f"for its baseline profile (namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max).")
+    return alert(
+        "VLLMSpecDecodeAcceptanceBelowBaseline",
+        "warning",
+        pod_labels(pod, model),
+        "Speculative-decoding acceptance is below the baseline profile's expectation.",
+        f"Mean acceptance length of {where(pod, model)} is {value} over 5m, below 1 + 0.75 x (baseline - 1) "
+        f"for its baseline profile (namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max).",
+    )
 
 
 def first_low(pod: str, model: str, value: str, **extra) -> dict:
-    return alert("VLLMSpecDecodeFirstPositionAcceptanceLow", "warning", pod_labels(pod, model, **extra),
-                 "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
-                 f"Position 0 of {where(pod, model)} was accepted in {value} of drafts over 5m (healthy MTP: 66 % or "
-                 f"more, whatever k): below what its profile allows (at most 0.5), or below 0.5 after the model was "
-                 f"at 0.5 or more within 1d. Either a broken draft path (draft sampling, missing draft context, a "
-                 f"partly broken head), or synthetic random-token load such as a benchmark, which gives the same "
-                 f"counters.")
+    return alert(
+        "VLLMSpecDecodeFirstPositionAcceptanceLow",
+        "warning",
+        pod_labels(pod, model, **extra),
+        "The first draft position is rarely accepted: a broken draft path, or synthetic load.",
+        f"Position 0 of {where(pod, model)} was accepted in {value} of drafts over 5m (healthy MTP: 66 % or "
+        f"more, whatever k): below what its profile allows (at most 0.5), or below 0.5 after the model was "
+        f"at 0.5 or more within 1d. Either a broken draft path (draft sampling, missing draft context, a "
+        f"partly broken head), or synthetic random-token load such as a benchmark, which gives the same "
+        f"counters.",
+    )
 
 
 def engine_collapsed(pod: str, model: str, engine: str, value: str, **extra) -> dict:
-    return alert("VLLMSpecDecodeEngineCollapsed", "critical", pod_labels(pod, model, engine=engine, **extra),
-                 "One engine's speculative decoding has collapsed while its siblings are healthy.",
-                 f"Engine {engine} of {where(pod, model)} has a mean acceptance length of {value} over 5m with real "
-                 f"traffic, while the server as a whole has not collapsed: one data-parallel rank decodes at "
-                 f"non-speculative speed (its draft head failed to load or is corrupt on that rank).")
+    return alert(
+        "VLLMSpecDecodeEngineCollapsed",
+        "critical",
+        pod_labels(pod, model, engine=engine, **extra),
+        "One engine's speculative decoding has collapsed while its siblings are healthy.",
+        f"Engine {engine} of {where(pod, model)} has a mean acceptance length of {value} over 5m with real "
+        f"traffic, while the server as a whole has not collapsed: one data-parallel rank decodes at "
+        f"non-speculative speed (its draft head failed to load or is corrupt on that rank).",
+    )
 
 
 def engine_lagging(pod: str, model: str, engine: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeEngineLagging", "warning", pod_labels(pod, model, engine=engine),
-                 "One engine's speculative gain lags far behind its siblings'.",
-                 f"The speculative gain (mean acceptance length - 1) of engine {engine} of {where(pod, model)} is "
-                 f"{value} over 5m, below 0.75 x the whole server's. Engines of one server share traffic and weights "
-                 f"and differ by a few percent: this rank is broken.")
+    return alert(
+        "VLLMSpecDecodeEngineLagging",
+        "warning",
+        pod_labels(pod, model, engine=engine),
+        "One engine's speculative gain lags far behind its siblings'.",
+        f"The speculative gain (mean acceptance length - 1) of engine {engine} of {where(pod, model)} is "
+        f"{value} over 5m, below 0.75 x the whole server's. Engines of one server share traffic and weights "
+        f"and differ by a few percent: this rank is broken.",
+    )
 
 
 def dropped(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceDropped", "warning", pod_labels(pod, model),
-                 "Speculative-decoding acceptance fell sharply against the model's own best hour of the day.",
-                 f"The speculative gain (mean acceptance length - 1) of {where(pod, model)} is {value} over 5m, more "
-                 f"than 0.4 below the model's best hour of the last 1d at the same k.")
+    return alert(
+        "VLLMSpecDecodeAcceptanceDropped",
+        "warning",
+        pod_labels(pod, model),
+        "Speculative-decoding acceptance fell sharply against the model's own best hour of the day.",
+        f"The speculative gain (mean acceptance length - 1) of {where(pod, model)} is {value} over 5m, more "
+        f"than 0.4 below the model's best hour of the last 1d at the same k.",
+    )
 
 
 def chain_broken(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeDraftChainBroken", "warning", pod_labels(pod, model),
-                 "The draft chain breaks after its first token: position 1 is rarely accepted while position 0 is "
-                 "healthy.",
-                 f"Of the drafts of {where(pod, model)} whose position 0 was accepted, position 1 was accepted in "
-                 f"{value} over 5m (healthy: 41 % or more), while position 0 is healthy: the draft chain breaks after "
-                 f"its first token.")
+    return alert(
+        "VLLMSpecDecodeDraftChainBroken",
+        "warning",
+        pod_labels(pod, model),
+        "The draft chain breaks after its first token: position 1 is rarely accepted while position 0 is healthy.",
+        f"Of the drafts of {where(pod, model)} whose position 0 was accepted, position 1 was accepted in "
+        f"{value} over 5m (healthy: 41 % or more), while position 0 is healthy: the draft chain breaks after "
+        f"its first token.",
+    )
 
 
 def not_drafting(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeNotDrafting", "warning", pod_labels(pod, model),
-                 "vLLM generates tokens but speculative decoding has stopped drafting.",
-                 f"{where(pod, model)} generates {value} tokens/s with no drafts over 5m, although it was drafting "
-                 f"within the last day: speculative decoding is off or silently disabled.")
+    return alert(
+        "VLLMSpecDecodeNotDrafting",
+        "warning",
+        pod_labels(pod, model),
+        "vLLM generates tokens but speculative decoding has stopped drafting.",
+        f"{where(pod, model)} generates {value} tokens/s with no drafts over 5m, although it was drafting "
+        f"within the last day: speculative decoding is off or silently disabled.",
+    )
 
 
 def wasted(pod: str, model: str, position: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeSpeculativeTokensWasted", "info",
-                 pod_labels(pod, model, position=position),
-                 "The last speculative position is almost never accepted: a smaller k would save draft compute.",
-                 f"The last draft position (position {position}) of {where(pod, model)} was accepted in {value} of "
-                 f"drafts over 1h. Each draft still pays for it; consider num_speculative_tokens = {position}.")
+    return alert(
+        "VLLMSpecDecodeSpeculativeTokensWasted",
+        "info",
+        pod_labels(pod, model, position=position),
+        "The last speculative position is almost never accepted: a smaller k would save draft compute.",
+        f"The last draft position (position {position}) of {where(pod, model)} was accepted in {value} of "
+        f"drafts over 1h. Each draft still pays for it; consider num_speculative_tokens = {position}.",
+    )
 
 
 def high(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceSuspiciouslyHigh", "info", pod_labels(pod, model),
-                 "Speculative-decoding acceptance is suspiciously close to 100 %.",
-                 f"Draft acceptance of {where(pod, model)} is {value} over 30m. Sustained acceptance this high goes "
-                 f"with repetition loops (draft and target agree on repeating text).")
+    return alert(
+        "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
+        "info",
+        pod_labels(pod, model),
+        "Speculative-decoding acceptance is suspiciously close to 100 %.",
+        f"Draft acceptance of {where(pod, model)} is {value} over 30m. Sustained acceptance this high goes "
+        f"with repetition loops (draft and target agree on repeating text).",
+    )
 
 
 def check(eval_time: str, name: str, alerts: list[dict]) -> dict:
@@ -310,8 +368,11 @@ def collapse_group(v: str) -> dict:
     s += deployment(v, "pro-restart", PRO, [(PRO_HEALTHY, 40), ("restart",), (PRO_HEALTHY, 80)])
     s += deployment(v, "flash-sampling-bug", FLASH, [(FLASH_SAMPLING_BUG, 120)])
     s += deployment(v, "flash-miswired", FLASH, [(FLASH_MISWIRED, 120)])
-    C, B, F = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline",
-               "VLLMSpecDecodeFirstPositionAcceptanceLow")
+    C, B, F = (
+        "VLLMSpecDecodeAcceptanceCollapsed",
+        "VLLMSpecDecodeAcceptanceBelowBaseline",
+        "VLLMSpecDecodeFirstPositionAcceptanceLow",
+    )
     early = [collapsed("pro-boundary-fire", PRO, "1.098"), collapsed("flash-miswired", FLASH, "1.090")]
     tests = [
         check("50m", C, early),
@@ -326,19 +387,39 @@ def collapse_group(v: str) -> dict:
         s += sidecar_gauges("flash-miswired", FLASH, 3, 1.99, "deepseek-v4-flash-mtp-k3")
     # Profiles (both variants: the direct file carries them as rules): V4-Pro k=2 2.27 ->
     # threshold 1 + 0.75 x 1.27 = 1.9525; V4-Flash k=2 and k=3 1.99 -> 1.7425.
-    steady = [below_baseline("pro-boundary-fire", PRO, "1.098"), below_baseline("pro-boundary-quiet", PRO, "1.102"),
-              below_baseline("flash-sampling-bug", FLASH, "1.206"), below_baseline("flash-miswired", FLASH, "1.090")]
+    steady = [
+        below_baseline("pro-boundary-fire", PRO, "1.098"),
+        below_baseline("pro-boundary-quiet", PRO, "1.102"),
+        below_baseline("flash-sampling-bug", FLASH, "1.206"),
+        below_baseline("flash-miswired", FLASH, "1.090"),
+    ]
     # Position 0 (k-independent): 9 %, 9.4 %, 14.9 %, 7 %, and the broken head's 235/6590.
-    low = [first_low("pro-boundary-fire", PRO, "9%"), first_low("pro-boundary-quiet", PRO, "9.4%"),
-           first_low("flash-sampling-bug", FLASH, "14.9%"), first_low("flash-miswired", FLASH, "7%")]
-    tests += [check("50m", B, steady), check("90m", B, [*steady, below_baseline("pro-broken", PRO, "1.036")]),
-              check("50m", F, low), check("90m", F, [*low, first_low("pro-broken", PRO, "3.566%")])]
+    low = [
+        first_low("pro-boundary-fire", PRO, "9%"),
+        first_low("pro-boundary-quiet", PRO, "9.4%"),
+        first_low("flash-sampling-bug", FLASH, "14.9%"),
+        first_low("flash-miswired", FLASH, "7%"),
+    ]
+    tests += [
+        check("50m", B, steady),
+        check("90m", B, [*steady, below_baseline("pro-broken", PRO, "1.036")]),
+        check("50m", F, low),
+        check("90m", F, [*low, first_low("pro-broken", PRO, "3.566%")]),
+    ]
     return group("collapse and baseline: the real broken V4-Pro head, boundaries, idle, restart", s, tests)
 
 
 def dropped_group(v: str) -> dict:
-    pods = ("flash-drop", "flash-steady-low", "flash-dip", "flash-idle-broken", "flash-restart", "flash-k-lowered",
-            "flash-k-raised", "flash-slow")
+    pods = (
+        "flash-drop",
+        "flash-steady-low",
+        "flash-dip",
+        "flash-idle-broken",
+        "flash-restart",
+        "flash-k-lowered",
+        "flash-k-raised",
+        "flash-slow",
+    )
     ALONE.update(pods)
     s = []
     s += deployment(v, "flash-drop", FLASH, [(FLASH_HEALTHY, 180), (FLASH_SAMPLING_BUG, 60)])
@@ -347,19 +428,21 @@ def dropped_group(v: str) -> dict:
     s += deployment(v, "flash-idle-broken", FLASH, [(FLASH_HEALTHY, 180), (FLASH_IDLE_BROKEN, 60)])
     s += deployment(v, "flash-restart", FLASH, [(FLASH_HEALTHY, 180), ("restart",), (FLASH_HEALTHY, 60)])
     # k lowered from 3 to 1 on the same traffic: AL must fall with k, this is no drop.
-    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 180), ("restart",),
-                                                  (mix(1000, [800]), 60)])
+    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 180), ("restart",), (mix(1000, [800]), 60)])
     # k raised from 1 to 3 at 60m (AL 1.8 -> 2.8), then the head breaks at 170m (AL 1.21): the
     # history since the change (k=3 hours from ~63m) is the reference, not a day of k=1.
-    s += deployment(v, "flash-k-raised", FLASH, [(mix(1000, [800]), 60), ("restart",),
-                                                 (mix(1000, [800, 600, 400]), 110), (mix(1000, [149, 57, 0]), 70)])
+    s += deployment(
+        v,
+        "flash-k-raised",
+        FLASH,
+        [(mix(1000, [800]), 60), ("restart",), (mix(1000, [800, 600, 400]), 110), (mix(1000, [149, 57, 0]), 70)],
+    )
     s += slow_fall(v)
     if v == "sidecar":
         for pod in ("flash-drop", "flash-steady-low", "flash-dip", "flash-idle-broken", "flash-restart"):
             s += sidecar_gauges(pod, FLASH, 2, None, None)
         for pod, ks in (("flash-k-lowered", "3x180 1x60"), ("flash-k-raised", "1x60 3x180")):
-            base = {"namespace": ns_of(pod), "pod": pod, "model_name": FLASH, "job": "vllm-specdec-exporter",
-                    "target": "vllm"}
+            base = {"namespace": ns_of(pod), "pod": pod, "model_name": FLASH, "job": "vllm-specdec-exporter", "target": "vllm"}
             s.append(gauge("vllm_specdec_num_speculative_tokens", base, ks))
     D = "VLLMSpecDecodeAcceptanceDropped"
     # flash-drop: the 5m gain falls under 0.6 x 1.5 = 0.9 within 3 broken minutes (t=183m), then
@@ -367,13 +450,17 @@ def dropped_group(v: str) -> dict:
     # flash-slow: firing from 209m, 29 minutes after its fall began (test_rules times its onset:
     # its value is still moving then, and promtool's groups may read it a minute apart).
     raised = dropped("flash-k-raised", FLASH, "0.206")
-    return group("dropped against the model's best hour of the day at the same k", s, [
-        check("170m", D, []),
-        check("184m", D, [raised]),  # flash-drop pending
-        check("190m", D, [dropped("flash-drop", FLASH, "0.206"), raised]),
-        check("207m", D, [dropped("flash-drop", FLASH, "0.206"), raised]),  # flash-slow pending
-        check("235m", D, [dropped("flash-drop", FLASH, "0.206"), raised, dropped("flash-slow", PRO, "0.800")]),
-    ])
+    return group(
+        "dropped against the model's best hour of the day at the same k",
+        s,
+        [
+            check("170m", D, []),
+            check("184m", D, [raised]),  # flash-drop pending
+            check("190m", D, [dropped("flash-drop", FLASH, "0.206"), raised]),
+            check("207m", D, [dropped("flash-drop", FLASH, "0.206"), raised]),  # flash-slow pending
+            check("235m", D, [dropped("flash-drop", FLASH, "0.206"), raised, dropped("flash-slow", PRO, "0.800")]),
+        ],
+    )
 
 
 SLOW_FALL_START = 180
@@ -384,8 +471,9 @@ def slow_fall(v: str) -> list[dict]:
     1.80 over the next 30 minutes, then staying there. The 5m gain is under 0.6 x 1.611 = 0.967
     from ~206m (AL 1.966 at 203.9m, plus half the window)."""
     ALONE.add("flash-slow")
-    ramp = [(mix(6590, [6590 * (0.924 - (0.924 - 0.62) * m / 30), 6590 * (0.687 - (0.687 - 0.18) * m / 30)]), 1)
-            for m in range(1, 31)]
+    ramp = [
+        (mix(6590, [6590 * (0.924 - (0.924 - 0.62) * m / 30), 6590 * (0.687 - (0.687 - 0.18) * m / 30)]), 1) for m in range(1, 31)
+    ]
     s = deployment(v, "flash-slow", PRO, [(PRO_HEALTHY, SLOW_FALL_START), *ramp, (mix(6590, [6590 * 0.62, 6590 * 0.18]), 30)])
     return s + (sidecar_gauges("flash-slow", PRO, 2, None, None) if v == "sidecar" else [])
 
@@ -398,21 +486,31 @@ def rollout_group(v: str) -> dict:
     healthy = k7([924, 687, 500, 350, 250, 180, 130])
     off = mix(0, [0] * 7, gen=6590)
     s = []
-    for old, new, broken in (("old-a", "new-a", k7([200, 60, 25, 12, 7, 4, 2])),
-                             ("old-b", "new-b", k7([894, 200, 48, 20, 9, 4, 2])),
-                             ("old-c", "new-c", off)):
+    for old, new, broken in (
+        ("old-a", "new-a", k7([200, 60, 25, 12, 7, 4, 2])),
+        ("old-b", "new-b", k7([894, 200, 48, 20, 9, 4, 2])),
+        ("old-c", "new-c", off),
+    ):
         s += deployment(v, old, SERVED, [(healthy, 120)])
         s += deployment(v, new, SERVED, [("gone", 120), (broken, 60)])
         if v == "sidecar":
             s += sidecar_gauges(old, SERVED, 7, None, None)
-    F, C, N = ("VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeDraftChainBroken",
-               "VLLMSpecDecodeNotDrafting")
-    return group("a rollout onto new pods keeps the model's history (no profile)", s, [
-        check("130m", F, []),  # pending (for: 15m)
-        check("140m", F, [first_low("new-a", SERVED, "20%")]),
-        check("140m", C, [chain_broken("new-b", SERVED, "22.37%")]),
-        check("140m", N, [not_drafting("new-c", SERVED, "109.8")]),
-    ])
+    # A k=1 canary of the same model, busier than the rest: its position-0 acceptances have no
+    # position 1, and must not dilute the model's chain history (which would keep C quiet).
+    s += deployment(v, "canary-k1", SERVED, [(mix(6000, [5400]), 180)])
+    if v == "sidecar":
+        s += sidecar_gauges("canary-k1", SERVED, 1, None, None)
+    F, C, N = ("VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeNotDrafting")
+    return group(
+        "a rollout onto new pods keeps the model's history (no profile)",
+        s,
+        [
+            check("130m", F, []),  # pending (for: 15m)
+            check("140m", F, [first_low("new-a", SERVED, "20%")]),
+            check("140m", C, [chain_broken("new-b", SERVED, "22.37%")]),
+            check("140m", N, [not_drafting("new-c", SERVED, "109.8")]),
+        ],
+    )
 
 
 def chain_group(v: str) -> dict:
@@ -422,11 +520,13 @@ def chain_group(v: str) -> dict:
     lowest position-1 conditionals of baselines.md, which stay quiet: the fixed V4-Flash k=2
     sampling (0.29 / 0.70 = 41 %), the V4-Pro thinking-on golden curve at k=3, and a steady
     EAGLE3 drafter with no profile and no history (vLLM's Qwen3-VL reference: 60 / 290)."""
-    cases = (("sglang-chain", PRO, mix(1000, [894, 223, 54]), ("deepseek-v4-pro-mtp-k3", 2.49)),
-             ("pro-k3-healthy", PRO, mix(1000, [999, 710, 333]), ("deepseek-v4-pro-mtp-k3", 2.49)),
-             ("flash-k2-fixed", FLASH, mix(1000, [700, 290]), ("deepseek-v4-flash-mtp-k2", 1.99)),
-             ("pro-golden-on-k3", PRO, golden(GOLDEN["on"], 3), ("deepseek-v4-pro-mtp-k3", 2.49)),
-             ("qwen-eagle3", "Qwen/Qwen3-VL-8B-Instruct", mix(1000, [290, 60, 10]), None))
+    cases = (
+        ("sglang-chain", PRO, mix(1000, [894, 223, 54]), ("deepseek-v4-pro-mtp-k3", 2.49)),
+        ("pro-k3-healthy", PRO, mix(1000, [999, 710, 333]), ("deepseek-v4-pro-mtp-k3", 2.49)),
+        ("flash-k2-fixed", FLASH, mix(1000, [700, 290]), ("deepseek-v4-flash-mtp-k2", 1.99)),
+        ("pro-golden-on-k3", PRO, golden(GOLDEN["on"], 3), ("deepseek-v4-pro-mtp-k3", 2.49)),
+        ("qwen-eagle3", "Qwen/Qwen3-VL-8B-Instruct", mix(1000, [290, 60, 10]), None),
+    )
     ALONE.update(case[0] for case in cases)
     s = []
     for pod, model, m, profile in cases:
@@ -434,21 +534,32 @@ def chain_group(v: str) -> dict:
         if v == "sidecar":
             s += sidecar_gauges(pod, model, len(m["pos"]), profile[1] if profile else None, profile[0] if profile else None)
     C = "VLLMSpecDecodeDraftChainBroken"
-    return group("the chain breaks after position 0 from start-up, against the profile", s, [
-        check("15m", C, []),  # pending (for: 15m)
-        check("30m", C, [chain_broken("sglang-chain", PRO, "24.94%")]),
-    ])
+    return group(
+        "the chain breaks after position 0 from start-up, against the profile",
+        s,
+        [
+            check("15m", C, []),  # pending (for: 15m)
+            check("30m", C, [chain_broken("sglang-chain", PRO, "24.94%")]),
+        ],
+    )
 
 
 def gappy(v: str, pod: str, m: dict, minutes: int, engine: str, gaps: dict[str, set[int]]) -> list[dict]:
     """One engine's counters minute by minute, with the minutes in ``gaps[key]`` missing from
     that series only (a missed scrape, or one series of a ratio sampled and the other not); the
     counters keep counting through a gap, as vLLM's do."""
-    labels = {"namespace": ns_of(pod), "pod": pod, "model_name": m.get("model", PRO), "engine": engine,
-              "job": "vllm-specdec-exporter" if v == "sidecar" else "vllm", **({"target": "vllm"} if v == "sidecar" else {})}
+    labels = {
+        "namespace": ns_of(pod),
+        "pod": pod,
+        "model_name": m.get("model", PRO),
+        "engine": engine,
+        "job": "vllm-specdec-exporter" if v == "sidecar" else "vllm",
+        **({"target": "vllm"} if v == "sidecar" else {}),
+    }
     out = []
-    for key, per_minute, extra in ([(k, m[k], {}) for k in ("drafts", "tokens", "accepted", "gen")]
-                                   + [("pos", p, {"position": str(i)}) for i, p in enumerate(m["pos"])]):
+    for key, per_minute, extra in [(k, m[k], {}) for k in ("drafts", "tokens", "accepted", "gen")] + [
+        ("pos", p, {"position": str(i)}) for i, p in enumerate(m["pos"])
+    ]:
         body = ",".join(f'{a}="{b}"' for a, b in {**labels, **extra}.items())
         values = " ".join("_" if t in gaps.get(key, ()) else fmt(per_minute * t) for t in range(minutes + 1))
         out.append({"series": f"{NAMES[v][key]}{{{body}}}", "values": values})
@@ -462,16 +573,23 @@ def gaps_group(v: str) -> dict:
     minutes, and a gap every other minute. Only the dead rank pages."""
     ALONE.add("dp2-gaps")
     healthy = set(range(20, 22)) | set(range(40, 44))
-    gaps = {"drafts": healthy | set(range(70, 74)) | set(range(90, 120, 2)),
-            "accepted": healthy | set(range(55, 59)) | set(range(90, 120, 2)),
-            "tokens": healthy, "gen": healthy, "pos": healthy}
+    gaps = {
+        "drafts": healthy | set(range(70, 74)) | set(range(90, 120, 2)),
+        "accepted": healthy | set(range(55, 59)) | set(range(90, 120, 2)),
+        "tokens": healthy,
+        "gen": healthy,
+        "pos": healthy,
+    }
     s = gappy(v, "dp2-gaps", PRO_HEALTHY, 120, "0", gaps) + gappy(v, "dp2-gaps", PRO_BROKEN, 120, "1", {})
     if v == "sidecar":
         s += sidecar_gauges("dp2-gaps", PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
     dead = engine_collapsed("dp2-gaps", PRO, "1", "1.036")
-    return group("gaps on a healthy rank beside a dead one: only the dead one pages", s,
-                 [check(f"{t}m", "VLLMSpecDecodeEngineCollapsed", [dead]) for t in (25, 45, 60, 75, 95, 118)]
-                 + [check(f"{t}m", "VLLMSpecDecodeAcceptanceCollapsed", []) for t in (25, 45, 60, 75, 95, 118)])
+    return group(
+        "gaps on a healthy rank beside a dead one: only the dead one pages",
+        s,
+        [check(f"{t}m", "VLLMSpecDecodeEngineCollapsed", [dead]) for t in (25, 45, 60, 75, 95, 118)]
+        + [check(f"{t}m", "VLLMSpecDecodeAcceptanceCollapsed", []) for t in (25, 45, 60, 75, 95, 118)],
+    )
 
 
 def quiet_rollout_group(v: str) -> dict:
@@ -501,10 +619,12 @@ def quiet_rollout_group(v: str) -> dict:
             s += sidecar_gauges(pod, PRO, 2, None, None)
         base = {"namespace": NS, "pod": "roll-k-lowered", "model_name": PRO, "job": "vllm-specdec-exporter", "target": "vllm"}
         s.append(gauge("vllm_specdec_num_speculative_tokens", base, "3x70 1x50"))
-    alerts = (*DETECTION_ALERTS, "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeDraftChainBroken",
-              "VLLMSpecDecodeNotDrafting")
-    return group("quiet: a healthy rolling update, a pod leaving mid-window, k lowered, a weak steady drafter", s,
-                 [check(f"{t}m", a, []) for a in alerts for t in range(45, 120, 5)])
+    alerts = (*DETECTION_ALERTS, "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeNotDrafting")
+    return group(
+        "quiet: a healthy rolling update, a pod leaving mid-window, k lowered, a weak steady drafter",
+        s,
+        [check(f"{t}m", a, []) for a in alerts for t in range(45, 120, 5)],
+    )
 
 
 def not_drafting_group(v: str) -> dict:
@@ -520,11 +640,15 @@ def not_drafting_group(v: str) -> dict:
     # (the sidecar keeps exporting vLLM's generation tokens when the families are gone)
     s += deployment(v, "pro-vanished", PRO, [(PRO_HEALTHY, 60), ("absent-drafts", off, 60)])
     firing = [not_drafting("pro-off", PRO, "109.8"), not_drafting("pro-vanished", PRO, "109.8")]  # 6590 tokens/min
-    return group("not drafting while generating", s, [
-        check("50m", N, []),
-        check("66m", N, []),  # pending, not yet firing
-        check("80m", N, firing),
-    ])
+    return group(
+        "not drafting while generating",
+        s,
+        [
+            check("50m", N, []),
+            check("66m", N, []),  # pending, not yet firing
+            check("80m", N, firing),
+        ],
+    )
 
 
 def wasted_and_high_group(v: str) -> dict:
@@ -542,24 +666,44 @@ def wasted_and_high_group(v: str) -> dict:
     s += deployment(v, "pro-k3-wasted-under", PRO, [(K3_WASTED_UNDER, 120)])
     s += deployment(v, "pro-k3-restart", PRO, [(K3_WASTED_UNDER, 50), ("restart",), (K3_WASTED_UNDER, 70)])
     if v == "sidecar":
-        for pod, k in (("pro-k3-wasted", 3), ("pro-k3-wasted-idle", 3), ("pro-healthy", 2), ("pro-loop", 2),
-                       ("pro-high-idle", 2), ("pro-97", 2), ("pro-high-over", 2), ("pro-high-under", 2),
-                       ("pro-loop-restart", 2), ("pro-k3-wasted-over", 3), ("pro-k3-wasted-under", 3),
-                       ("pro-k3-restart", 3)):
+        for pod, k in (
+            ("pro-k3-wasted", 3),
+            ("pro-k3-wasted-idle", 3),
+            ("pro-healthy", 2),
+            ("pro-loop", 2),
+            ("pro-high-idle", 2),
+            ("pro-97", 2),
+            ("pro-high-over", 2),
+            ("pro-high-under", 2),
+            ("pro-loop-restart", 2),
+            ("pro-k3-wasted-over", 3),
+            ("pro-k3-wasted-under", 3),
+            ("pro-k3-restart", 3),
+        ):
             s += sidecar_gauges(pod, PRO, k, None, None)
     W, H = "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh"
     # Boundaries: 4.9 % fires and 5.1 % does not; 98.1 % fires and 97.9 % does not. A
     # restart mid-window neither fires nor silences (the loop keeps firing across it).
-    return group("wasted last position and suspiciously high acceptance", s, [
-        check("20m", W, []),  # condition true, still pending (for: 30m)
-        check("60m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
-        check("100m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
-        check("3m", H, []),
-        check("20m", H, [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"),
-                         high("pro-loop-restart", PRO, "99%")]),
-        check("60m", H, [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"),
-                         high("pro-loop-restart", PRO, "99%")]),
-    ])
+    return group(
+        "wasted last position and suspiciously high acceptance",
+        s,
+        [
+            check("20m", W, []),  # condition true, still pending (for: 30m)
+            check("60m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
+            check("100m", W, [wasted("pro-k3-wasted", PRO, "2", "2%"), wasted("pro-k3-wasted-over", PRO, "2", "4.9%")]),
+            check("3m", H, []),
+            check(
+                "20m",
+                H,
+                [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"), high("pro-loop-restart", PRO, "99%")],
+            ),
+            check(
+                "60m",
+                H,
+                [high("pro-loop", PRO, "99%"), high("pro-high-over", PRO, "98.1%"), high("pro-loop-restart", PRO, "99%")],
+            ),
+        ],
+    )
 
 
 def sidecar_only_group() -> dict:
@@ -586,48 +730,92 @@ def sidecar_only_group() -> dict:
         polls("twin", "success", "0+12x60"),
         gauge("vllm_specdec_exporter_inconsistent_polls_total", {**base, "target": "twin"}, "0x10 12+12x50"),
         polls("glitchy", "success", "0+12x60"),
-        gauge("vllm_specdec_exporter_inconsistent_polls_total", {**base, "target": "glitchy"},
-              "0x9 1x10 2x10 3x10 4x10 5x10"),
+        gauge("vllm_specdec_exporter_inconsistent_polls_total", {**base, "target": "glitchy"}, "0x9 1x10 2x10 3x10 4x10 5x10"),
     ]
     T, A, I = "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated"
     N = "VLLMSpecDecodeTargetInconsistent"
-    twin = alert(N, "warning", {**base, "target": "twin"},
-                 "Most polls of a target are inconsistent: its figures are not counted.",
-                 "Target twin of the exporter at 10.0.0.7:9746 gave 120 inconsistent engine polls in 10m (counters "
-                 "that went down without a restart, drafts faster than any engine, two servers behind one URL): "
-                 "they are not counted, so its figures and alerts are blind. See the sidecar's log (target_warning) "
-                 "for the reason.")
+    twin = alert(
+        N,
+        "warning",
+        {**base, "target": "twin"},
+        "Most polls of a target are inconsistent: its figures are not counted.",
+        "Target twin of the exporter at 10.0.0.7:9746 gave 120 inconsistent engine polls in 10m (counters "
+        "that went down without a restart, drafts faster than any engine, two servers behind one URL): "
+        "they are not counted, so its figures and alerts are blind. See the sidecar's log (target_warning) "
+        "for the reason.",
+    )
 
     def down(target: str) -> dict:
-        return alert(T, "warning", {**base, "target": target},
-                     "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
-                     f"Target {target} of the exporter at 10.0.0.7:9746 either answers with something that is not "
-                     f"vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
-                     f"misconfiguration), or has been unreachable for 30m, longer than any weight reload. See "
-                     f"vllm_specdec_exporter_polls_total by result and the sidecar's log.")
-    absent = alert(A, "warning", {},
-                   "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
-                   "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
-                   "scraped, or its series are dropped.")
-    invariant = alert(I, "info", {**base, "target": "vllm"},
-                      "vLLM's speculative-decoding counters break their own invariants.",
-                      "The exporter at 10.0.0.7:9746 (target vllm) saw 1 invariant violations in 10m: a partial "
-                      "scrape, a parse problem or a broken producer. The figures of the affected engine are suspect.")
-    return group("sidecar health: target down (reload, misconfiguration, gone), exporter absent, invariants", s, [
-        check("15m", T, []),  # misconfigured since 11m: pending
-        check("17m", T, [down("misconfigured")]),  # 6 min after onset
-        check("24m", T, [down("misconfigured")]),  # the reload, 13 min in: quiet
-        check("39m", T, [down("misconfigured")]),  # gone for 28 min: not yet
-        check("42m", T, [down("misconfigured"), down("gone")]),  # gone for 31 min
-        check("40m", A, []),  # series gone at 31m; absent after the 5m staleness, pending for 10m
-        check("50m", A, [absent]),
-        check("15m", I, []),
-        check("25m", I, [invariant]),
-        check("35m", I, []),  # no new violation in the last 10m
-        check("20m", N, []),  # inconsistent since 11m: half the 10m window at ~16m, then pending for 10m
-        check("28m", N, [twin]),
-        check("60m", N, [twin]),  # "glitchy" (1 in 120 polls) never
-    ])
+        return alert(
+            T,
+            "warning",
+            {**base, "target": target},
+            "The vllm-specdec-exporter sidecar cannot read vLLM's /metrics.",
+            f"Target {target} of the exporter at 10.0.0.7:9746 either answers with something that is not "
+            f"vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
+            f"misconfiguration), or has been unreachable for 30m, longer than any weight reload. See "
+            f"vllm_specdec_exporter_polls_total by result and the sidecar's log.",
+        )
+
+    absent = alert(
+        A,
+        "warning",
+        {},
+        "No vllm-specdec-exporter series at all: MTP acceptance is not monitored.",
+        "Prometheus has no vllm_specdec_exporter_build_info series: the sidecar is not running, not "
+        "scraped, or its series are dropped.",
+    )
+    invariant = alert(
+        I,
+        "info",
+        {**base, "target": "vllm"},
+        "vLLM's speculative-decoding counters break their own invariants.",
+        "The exporter at 10.0.0.7:9746 (target vllm) saw 1 invariant violations in 10m: a partial "
+        "scrape, a parse problem or a broken producer. The figures of the affected engine are suspect.",
+    )
+    return group(
+        "sidecar health: target down (reload, misconfiguration, gone), exporter absent, invariants",
+        s,
+        [
+            check("15m", T, []),  # misconfigured since 11m: pending
+            check("17m", T, [down("misconfigured")]),  # 6 min after onset
+            check("24m", T, [down("misconfigured")]),  # the reload, 13 min in: quiet
+            check("39m", T, [down("misconfigured")]),  # gone for 28 min: not yet
+            check("42m", T, [down("misconfigured"), down("gone")]),  # gone for 31 min
+            check("40m", A, []),  # series gone at 31m; absent after the 5m staleness, pending for 10m
+            check("50m", A, [absent]),
+            check("15m", I, []),
+            check("25m", I, [invariant]),
+            check("35m", I, []),  # no new violation in the last 10m
+            check("20m", N, []),  # inconsistent since 11m: half the 10m window at ~16m, then pending for 10m
+            check("28m", N, [twin]),
+            check("60m", N, [twin]),  # "glitchy" (1 in 120 polls) never
+        ],
+    )
+
+
+def direct_two_jobs_group() -> dict:
+    """A pod scraped by two jobs (a PodMonitor and a leftover static job): each position twice.
+    k is the number of distinct positions, not of series."""
+    v = "vllm-direct"
+    s = deployment(v, "pro-twice", PRO, [(PRO_HEALTHY, 30)])
+    s += [
+        {**x, "series": x["series"].replace('job="vllm"', 'job="vllm-static"')}
+        for x in deployment(v, "pro-twice", PRO, [(PRO_HEALTHY, 30)])
+    ]
+    k = "namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max"
+    return {
+        "name": "direct: a pod scraped by two jobs keeps its k",
+        "interval": "1m",
+        "input_series": s,
+        "promql_expr_test": [
+            {
+                "expr": k,
+                "eval_time": "20m",
+                "exp_samples": [{"labels": f'{k}{{model_name="{PRO}",namespace="{NS}",pod="pro-twice"}}', "value": 2}],
+            }
+        ],
+    }
 
 
 def direct_invariant_group() -> dict:
@@ -635,13 +823,27 @@ def direct_invariant_group() -> dict:
     bad = {"drafts": 1000, "tokens": 2000, "accepted": 3000, "pos": [1000, 1000], "gen": 4000}  # accepted > tokens
     s = deployment(v, "pro-bad-producer", PRO, [(bad, 30)]) + deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 30)])
     I = "VLLMSpecDecodeCounterInvariantViolated"
-    return group("direct: counters that break vLLM's invariants", s, [
-        check("20m", I, [alert(I, "info", {"namespace": NS, "pod": "pro-bad-producer", "model_name": PRO, "engine": "0"},
-                               "vLLM's speculative-decoding counters break their own invariants.",
-                               f"Engine 0 of {where('pro-bad-producer', PRO)} reports accepted tokens that exceed its "
-                               f"draft tokens or differ from the sum of its per-position counts: a partial scrape or "
-                               f"a broken producer.")]),
-    ])
+    return group(
+        "direct: counters that break vLLM's invariants",
+        s,
+        [
+            check(
+                "20m",
+                I,
+                [
+                    alert(
+                        I,
+                        "info",
+                        {"namespace": NS, "pod": "pro-bad-producer", "model_name": PRO, "engine": "0"},
+                        "vLLM's speculative-decoding counters break their own invariants.",
+                        f"Engine 0 of {where('pro-bad-producer', PRO)} reports accepted tokens that exceed its "
+                        f"draft tokens or differ from the sum of its per-position counts: a partial scrape or "
+                        f"a broken producer.",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 # --- One source of truth: the same counters through promtool and through the sidecar's
@@ -653,10 +855,15 @@ def noisy(drafts: float, pos: list[float], f: float, d: float = 1.0) -> dict:
 
 
 NOISE = [(1.00, 1.0), (0.97, 1.1), (1.03, 0.9), (0.96, 1.05), (1.04, 0.95), (0.98, 1.0), (1.02, 1.1), (0.95, 0.92)]
-DETECTION_ALERTS = ("VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging",
-                    "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline")
-CRITICAL = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast",
-            "VLLMSpecDecodeEngineCollapsed"}
+DETECTION_ALERTS = (
+    "VLLMSpecDecodeAcceptanceCollapsed",
+    "VLLMSpecDecodeAcceptanceCollapsedFast",
+    "VLLMSpecDecodeEngineCollapsed",
+    "VLLMSpecDecodeEngineLagging",
+    "VLLMSpecDecodeFirstPositionAcceptanceLow",
+    "VLLMSpecDecodeAcceptanceBelowBaseline",
+)
+CRITICAL = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed"}
 SERVED = "DSV4-W4A16-FP8-MTP"  # --served-model-name: matches no profile regex
 
 
@@ -668,32 +875,70 @@ def k7(per_thousand: list[float]) -> dict:
 # alerts as (alertname, engine or None, rendered $value)). All written by hand from
 # baselines.md's figures and the thresholds in config.Detection.
 VERDICT_CASES = [
-    ("dp8-healthy-noise", PRO, [noisy(6590, [0.924, 0.687], f, d) for f, d in NOISE],
-     ("deepseek-v4-pro-mtp-k2", 2.27), "ok", []),
-    ("dp8-dead-rank", PRO, [PRO_BROKEN if e == 3 else PRO_HEALTHY for e in range(8)],
-     ("deepseek-v4-pro-mtp-k2", 2.27), "degraded", [("VLLMSpecDecodeEngineCollapsed", "3", "1.036")]),
-    ("dp8-lagging-rank", PRO, [mix(6590, [3954, 1977]) if e == 5 else PRO_HEALTHY for e in range(8)],
-     ("deepseek-v4-pro-mtp-k2", 2.27), "degraded", [("VLLMSpecDecodeEngineLagging", "5", "0.900")]),
+    ("dp8-healthy-noise", PRO, [noisy(6590, [0.924, 0.687], f, d) for f, d in NOISE], ("deepseek-v4-pro-mtp-k2", 2.27), "ok", []),
+    (
+        "dp8-dead-rank",
+        PRO,
+        [PRO_BROKEN if e == 3 else PRO_HEALTHY for e in range(8)],
+        ("deepseek-v4-pro-mtp-k2", 2.27),
+        "degraded",
+        [("VLLMSpecDecodeEngineCollapsed", "3", "1.036")],
+    ),
+    (
+        "dp8-lagging-rank",
+        PRO,
+        [mix(6590, [3954, 1977]) if e == 5 else PRO_HEALTHY for e in range(8)],
+        ("deepseek-v4-pro-mtp-k2", 2.27),
+        "degraded",
+        [("VLLMSpecDecodeEngineLagging", "5", "0.900")],
+    ),
     # The fixed V4-Flash k=2 sampling (AL 1.99, per position 0.70 / 0.29): healthy.
     ("flash-k2-fixed", FLASH, [mix(1000, [700, 290])], ("deepseek-v4-flash-mtp-k2", 1.99), "ok", []),
     ("flash-k1-worst-workload", FLASH, [mix(1000, [660])], ("deepseek-v4-flash-mtp-k1", 1.66), "ok", []),
     ("pro-k3-golden-thinking-on", PRO, [mix(1000, [800, 450, 240])], ("deepseek-v4-pro-mtp-k3", 2.49), "ok", []),
-    ("pro-k8-golden-thinking-off", PRO, [mix(1000, [900, 700, 500, 350, 250, 180, 130, 100])],
-     ("deepseek-v4-pro-mtp-k8", 2.58), "ok", []),
+    (
+        "pro-k8-golden-thinking-off",
+        PRO,
+        [mix(1000, [900, 700, 500, 350, 250, 180, 130, 100])],
+        ("deepseek-v4-pro-mtp-k8", 2.58),
+        "ok",
+        [],
+    ),
     # Random-token benchmark load on healthy V4-Flash gives the sampling bug's counters:
     # it warns (naming both readings) and never pages.
-    ("flash-random-tokens", FLASH, [FLASH_SAMPLING_BUG], ("deepseek-v4-flash-mtp-k2", 1.99), "degraded",
-     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "14.9%"),
-      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.206")]),
-    ("flash-missing-context", FLASH, [mix(1000, [220, 100])], ("deepseek-v4-flash-mtp-k2", 1.99), "degraded",
-     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "22%"),
-      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.320")]),
-    ("pro-mtp3-at-1.2", PRO, [mix(1000, [150, 40, 10])], ("deepseek-v4-pro-mtp-k3", 2.49), "degraded",
-     [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "15%"),
-      ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.200")]),
-    ("flash-k7-at-1.31", FLASH, [k7([200, 60, 25, 12, 7, 4, 2])], ("deepseek-v4-flash-mtp-k7", 1.99), "degraded",
-     # Position 0 at 20 % is what the k=7 profile (1.99) allows: its floor is 0.75 x 0.99 / 7 = 0.106.
-     [("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.310")]),
+    (
+        "flash-random-tokens",
+        FLASH,
+        [FLASH_SAMPLING_BUG],
+        ("deepseek-v4-flash-mtp-k2", 1.99),
+        "degraded",
+        [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "14.9%"), ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.206")],
+    ),
+    (
+        "flash-missing-context",
+        FLASH,
+        [mix(1000, [220, 100])],
+        ("deepseek-v4-flash-mtp-k2", 1.99),
+        "degraded",
+        [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "22%"), ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.320")],
+    ),
+    (
+        "pro-mtp3-at-1.2",
+        PRO,
+        [mix(1000, [150, 40, 10])],
+        ("deepseek-v4-pro-mtp-k3", 2.49),
+        "degraded",
+        [("VLLMSpecDecodeFirstPositionAcceptanceLow", None, "15%"), ("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.200")],
+    ),
+    (
+        "flash-k7-at-1.31",
+        FLASH,
+        [k7([200, 60, 25, 12, 7, 4, 2])],
+        ("deepseek-v4-flash-mtp-k7", 1.99),
+        "degraded",
+        # Position 0 at 20 % is what the k=7 profile (1.99) allows: its floor is 0.75 x 0.99 / 7 = 0.106.
+        [("VLLMSpecDecodeAcceptanceBelowBaseline", None, "1.310")],
+    ),
     # A served name no profile regex matches, low from the start with nothing better seen: a
     # steady weak drafter and a partly broken one cannot be told apart, so nothing is raised
     # (issue 21); after a fall it warns (position0_fall_group). Likewise vLLM's own CI
@@ -719,17 +964,29 @@ def golden(al_by_k: list[float], k: int) -> dict:
     lo, hi = 0.0, 1.0
     for _ in range(60):  # the ratio q with p0 * (q + ... + q^(k-1)) = rest
         q = (lo + hi) / 2
-        lo, hi = (q, hi) if p0 * sum(q ** i for i in range(1, k)) < rest else (lo, q)
-    return mix(10000, [10000 * p0 * q ** i for i in range(k)])
+        lo, hi = (q, hi) if p0 * sum(q**i for i in range(1, k)) < rest else (lo, q)
+    return mix(10000, [10000 * p0 * q**i for i in range(k)])
 
 
 # The reference curves of baselines.md (AL for k = 1..8): every point must stay quiet.
-GOLDEN = {"on": [1.79, 2.27, 2.49, 2.54, 2.55, 2.55, 2.54, 2.58], "off": [1.92, 2.61, 2.97, 3.00, 3.10, 3.16, 3.00, 3.11],
-          "dspark": [1.84, 2.51, 3.01, 3.36, 3.61, 3.77, 3.73, 3.47]}
+GOLDEN = {
+    "on": [1.79, 2.27, 2.49, 2.54, 2.55, 2.55, 2.54, 2.58],
+    "off": [1.92, 2.61, 2.97, 3.00, 3.10, 3.16, 3.00, 3.11],
+    "dspark": [1.84, 2.51, 3.01, 3.36, 3.61, 3.77, 3.73, 3.47],
+}
 PRO_AL = GOLDEN["on"]
-VERDICT_CASES += [(f"pro-golden-{curve}-k{k}", PRO if curve != "dspark" else PRO + "-0813", [golden(als, k)],
-                   (f"deepseek-v4-pro-mtp-k{k}", PRO_AL[k - 1]), "ok", [])
-                  for curve, als in GOLDEN.items() for k in range(1, 9)]
+VERDICT_CASES += [
+    (
+        f"pro-golden-{curve}-k{k}",
+        PRO if curve != "dspark" else PRO + "-0813",
+        [golden(als, k)],
+        (f"deepseek-v4-pro-mtp-k{k}", PRO_AL[k - 1]),
+        "ok",
+        [],
+    )
+    for curve, als in GOLDEN.items()
+    for k in range(1, 9)
+]
 
 BUILDERS = {
     "VLLMSpecDecodeAcceptanceCollapsed": lambda pod, model, engine, value: collapsed(pod, model, value),
@@ -751,11 +1008,19 @@ def verdict_group(v: str) -> dict:
             s += sidecar_gauges(pod, model, k, profile[1] if profile else None, profile[0] if profile else None)
     tests = []
     for alertname in DETECTION_ALERTS:
-        expected = [BUILDERS[a](pod, model, engine, value)
-                    for pod, model, _, _, _, alerts in VERDICT_CASES for a, engine, value in alerts if a == alertname]
+        expected = [
+            BUILDERS[a](pod, model, engine, value)
+            for pod, model, _, _, _, alerts in VERDICT_CASES
+            for a, engine, value in alerts
+            if a == alertname
+        ]
         tests.append(check("40m", alertname, expected))
-    return group("verdicts shared with the sidecar's health: dead and lagging ranks, partial degradations, healthy "
-                 "figures, synthetic load", s, tests)
+    return group(
+        "verdicts shared with the sidecar's health: dead and lagging ranks, partial degradations, healthy "
+        "figures, synthetic load",
+        s,
+        tests,
+    )
 
 
 def fleet_group(v: str) -> dict:
@@ -764,32 +1029,53 @@ def fleet_group(v: str) -> dict:
     s = []
     s += deployment(v, "pro-0", PRO, [(PRO_BROKEN, 60)], extra={"cluster": "east"})
     s += deployment(v, "pro-0", PRO, [(PRO_HEALTHY, 60)], extra={"cluster": "west"})
-    expected = [alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels("pro-0", PRO, cluster="east"),
-                      "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-                      collapsed("pro-0", PRO, "1.036")["exp_annotations"]["description"])]
+    expected = [
+        alert(
+            "VLLMSpecDecodeAcceptanceCollapsed",
+            "critical",
+            pod_labels("pro-0", PRO, cluster="east"),
+            "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+            collapsed("pro-0", PRO, "1.036")["exp_annotations"]["description"],
+        )
+    ]
     # A static scrape outside Kubernetes: no namespace, no pod; the alert still says where.
     s += deployment(v, None, "static-model", [(PRO_BROKEN, 60)], target="static")
-    expected.append(alert("VLLMSpecDecodeAcceptanceCollapsed", "critical", pod_labels(None, "static-model", target="static"),
-                          "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-                          collapsed(None, "static-model", "1.036", target="static")["exp_annotations"]["description"]))
+    expected.append(
+        alert(
+            "VLLMSpecDecodeAcceptanceCollapsed",
+            "critical",
+            pod_labels(None, "static-model", target="static"),
+            "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+            collapsed(None, "static-model", "1.036", target="static")["exp_annotations"]["description"],
+        )
+    )
     if v == "sidecar":
         s += deployment(v, "standalone", PRO, [(PRO_BROKEN, 60)], target="rank0")
         s += deployment(v, "standalone", PRO, [(PRO_HEALTHY, 60)], target="rank1")
-        expected.append(alert("VLLMSpecDecodeAcceptanceCollapsed", "critical",
-                              pod_labels("standalone", PRO, target="rank0"),
-                              "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
-                              collapsed("standalone", PRO, "1.036")["exp_annotations"]["description"]))
-    return group("fleets: two clusters, two targets behind one exporter", s,
-                 [check("40m", "VLLMSpecDecodeAcceptanceCollapsed", expected)])
+        expected.append(
+            alert(
+                "VLLMSpecDecodeAcceptanceCollapsed",
+                "critical",
+                pod_labels("standalone", PRO, target="rank0"),
+                "Speculative-decoding acceptance has collapsed: draft tokens are almost never accepted.",
+                collapsed("standalone", PRO, "1.036")["exp_annotations"]["description"],
+            )
+        )
+    return group(
+        "fleets: two clusters, two targets behind one exporter", s, [check("40m", "VLLMSpecDecodeAcceptanceCollapsed", expected)]
+    )
 
 
 def collapsed_fast(pod: str, model: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeAcceptanceCollapsedFast", "critical", pod_labels(pod, model),
-                 "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never "
-                 "accepted.",
-                 f"Mean acceptance length of {where(pod, model)} is {value} over the last 2m with at least 10 "
-                 f"drafts/s: enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the "
-                 f"draft head (quantised conversion, loader) or draft sampling.")
+    return alert(
+        "VLLMSpecDecodeAcceptanceCollapsedFast",
+        "critical",
+        pod_labels(pod, model),
+        "Speculative-decoding acceptance has collapsed at production traffic: draft tokens are almost never accepted.",
+        f"Mean acceptance length of {where(pod, model)} is {value} over the last 2m with at least 10 "
+        f"drafts/s: enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the "
+        f"draft head (quantised conversion, loader) or draft sampling.",
+    )
 
 
 def per_second(drafts: float, survival: list[float]) -> dict:
@@ -813,18 +1099,21 @@ def fast_collapse_group(v: str) -> dict:
     s += deployment(v, "pro-idle-broken", PRO, [(IDLE_BROKEN, 120)])
     s += deployment(v, "flash-random-tokens", FLASH, [(FLASH_SAMPLING_BUG, 120)])  # AL 1.206 at 16.7/s
     s += deployment(v, "flash-k1-worst", FLASH, [(mix(1000, [660]), 120)])
-    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 60), ("restart",),
-                                                  (mix(1000, [800]), 60)])
+    s += deployment(v, "flash-k-lowered", FLASH, [(mix(1000, [800, 600, 400]), 60), ("restart",), (mix(1000, [800]), 60)])
     Q = "VLLMSpecDecodeAcceptanceCollapsedFast"
     always = [collapsed_fast("pro-broken-10.1", PRO, "1.036"), collapsed_fast("pro-boundary-fire", PRO, "1.098")]
     broke = [collapsed_fast("pro-broken-110", PRO, "1.036"), collapsed_fast("pro-broken-1000", PRO, "1.036")]
-    return group("fast page: a total collapse at >= 10 drafts/s within 5 minutes; nothing else pages", s, [
-        check("3m", Q, []),
-        check("50m", Q, always),
-        check("63m", Q, always),  # 3 minutes after onset: the 2m window is broken, pending
-        check("64m", Q, [*always, *broke]),  # 4 minutes after onset
-        check("110m", Q, [*always, *broke]),
-    ])
+    return group(
+        "fast page: a total collapse at >= 10 drafts/s within 5 minutes; nothing else pages",
+        s,
+        [
+            check("3m", Q, []),
+            check("50m", Q, always),
+            check("63m", Q, always),  # 3 minutes after onset: the 2m window is broken, pending
+            check("64m", Q, [*always, *broke]),  # 4 minutes after onset
+            check("110m", Q, [*always, *broke]),
+        ],
+    )
 
 
 def distribution_group(v: str) -> dict:
@@ -846,19 +1135,34 @@ def distribution_group(v: str) -> dict:
     # 1 - 0.924 = 0.076, 0.924 - 0.687 = 0.237, 0.687; 1 - 0.911 = 0.089, 0.911;
     # broken: (6590 - 235) / 6590 = 0.964340, (235 - 5) / 6590 = 0.034901, 5 / 6590 = 0.000759.
     # Compared to 6 decimals (promtool compares floats exactly).
-    expected = [sample("pro-native-k2", 0, 0.076), sample("pro-native-k2", 1, 0.237), sample("pro-native-k2", 2, 0.687),
-                sample("pro-native-k1", 0, 0.089), sample("pro-native-k1", 1, 0.911),
-                sample("pro-broken", 0, 0.96434), sample("pro-broken", 1, 0.034901), sample("pro-broken", 2, 0.000759)]
-    return {"name": "the acceptance-count distribution", "interval": "1m", "input_series": s,
-            "promql_expr_test": [{"expr": f"round({rule} * 1e6) / 1e6", "eval_time": "20m", "exp_samples": expected}]}
+    expected = [
+        sample("pro-native-k2", 0, 0.076),
+        sample("pro-native-k2", 1, 0.237),
+        sample("pro-native-k2", 2, 0.687),
+        sample("pro-native-k1", 0, 0.089),
+        sample("pro-native-k1", 1, 0.911),
+        sample("pro-broken", 0, 0.96434),
+        sample("pro-broken", 1, 0.034901),
+        sample("pro-broken", 2, 0.000759),
+    ]
+    return {
+        "name": "the acceptance-count distribution",
+        "interval": "1m",
+        "input_series": s,
+        "promql_expr_test": [{"expr": f"round({rule} * 1e6) / 1e6", "eval_time": "20m", "exp_samples": expected}],
+    }
 
 
 def extreme(pod: str, value: str) -> dict:
-    return alert("VLLMSpecDecodeRequestAcceptanceExtreme", "info", pod_labels(pod, PRO),
-                 "Many finished requests had almost no draft token accepted, or almost all.",
-                 f"Over 1h, {value} of the finished requests of {where(pod, PRO)} had a draft acceptance at or below "
-                 f"0.05 or above 0.98 (vLLM's per-request histogram). Very low goes with garbled output, very high "
-                 f"with repetition loops; look at the dashboard's extremes panel for which end.")
+    return alert(
+        "VLLMSpecDecodeRequestAcceptanceExtreme",
+        "info",
+        pod_labels(pod, PRO),
+        "Many finished requests had almost no draft token accepted, or almost all.",
+        f"Over 1h, {value} of the finished requests of {where(pod, PRO)} had a draft acceptance at or below "
+        f"0.05 or above 0.98 (vLLM's per-request histogram). Very low goes with garbled output, very high "
+        f"with repetition loops; look at the dashboard's extremes panel for which end.",
+    )
 
 
 def request_extremes_group(v: str) -> dict:
@@ -876,32 +1180,61 @@ def request_extremes_group(v: str) -> dict:
     s = []
     for pod, (n, low, high) in cases.items():
         if v == "sidecar":
-            base = {"namespace": NS, "pod": pod, "model_name": PRO, "job": "vllm-specdec-exporter", "target": "vllm",
-                    "window": "1h"}
-            s += [gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0.05"}, f"{low / n:g}x90"),
-                  gauge("vllm_specdec_request_acceptance_above_ratio", {**base, "edge": "0.98"}, f"{1 - high / n:g}x90"),
-                  gauge("vllm_specdec_window_requests", base, f"{60 * n:g}x90")]
+            base = {
+                "namespace": NS,
+                "pod": pod,
+                "model_name": PRO,
+                "job": "vllm-specdec-exporter",
+                "target": "vllm",
+                "window": "1h",
+            }
+            s += [
+                gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0.05"}, f"{low / n:g}x90"),
+                gauge("vllm_specdec_request_acceptance_above_ratio", {**base, "edge": "0.98"}, f"{1 - high / n:g}x90"),
+                gauge("vllm_specdec_window_requests", base, f"{60 * n:g}x90"),
+            ]
         else:
             base = {"namespace": NS, "pod": pod, "model_name": PRO, "engine": "0", "job": "vllm"}
-            h = "vllm:spec_decode_request_acceptance_rate" if pod == "req-other-name" else \
-                "vllm:request_spec_decode_acceptance_rate"
-            s += [gauge(f"{h}_bucket", {**base, "le": "0.05"}, f"0+{low:g}x90"),
-                  gauge(f"{h}_bucket", {**base, "le": "0.98"}, f"0+{high:g}x90"),
-                  gauge(f"{h}_count", base, f"0+{n:g}x90")]
+            h = (
+                "vllm:spec_decode_request_acceptance_rate"
+                if pod == "req-other-name"
+                else "vllm:request_spec_decode_acceptance_rate"
+            )
+            s += [
+                gauge(f"{h}_bucket", {**base, "le": "0.05"}, f"0+{low:g}x90"),
+                gauge(f"{h}_bucket", {**base, "le": "0.98"}, f"0+{high:g}x90"),
+                gauge(f"{h}_count", base, f"0+{n:g}x90"),
+            ]
     if v == "sidecar":  # the sidecar read the low end at its nearest edge, 0: the same alert
-        base = {"namespace": NS, "pod": "req-nearest-edge", "model_name": PRO, "job": "vllm-specdec-exporter",
-                "target": "vllm", "window": "1h"}
-        s += [gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0"}, "0.25x90"),
-              gauge("vllm_specdec_window_requests", base, "600x90")]
-    firing = [extreme("req-garbled", "20%"), extreme("req-loops", "30%"), extreme("req-over", "11%"),
-              extreme("req-other-name", "20%")]
+        base = {
+            "namespace": NS,
+            "pod": "req-nearest-edge",
+            "model_name": PRO,
+            "job": "vllm-specdec-exporter",
+            "target": "vllm",
+            "window": "1h",
+        }
+        s += [
+            gauge("vllm_specdec_request_acceptance_below_ratio", {**base, "edge": "0"}, "0.25x90"),
+            gauge("vllm_specdec_window_requests", base, "600x90"),
+        ]
+    firing = [
+        extreme("req-garbled", "20%"),
+        extreme("req-loops", "30%"),
+        extreme("req-over", "11%"),
+        extreme("req-other-name", "20%"),
+    ]
     if v == "sidecar":
         firing.append(extreme("req-nearest-edge", "25%"))
     name = "VLLMSpecDecodeRequestAcceptanceExtreme"
-    return group("per-request acceptance extremes (vLLM PR #44487)", s, [
-        check("10m", name, []),  # true, still pending (for: 15m)
-        check("40m", name, firing),
-    ])
+    return group(
+        "per-request acceptance extremes (vLLM PR #44487)",
+        s,
+        [
+            check("10m", name, []),  # true, still pending (for: 15m)
+            check("40m", name, firing),
+        ],
+    )
 
 
 def position0_fall_group(v: str) -> dict:
@@ -910,10 +1243,14 @@ def position0_fall_group(v: str) -> dict:
     healthy = k7([924, 687, 500, 350, 250, 180, 130])
     s = deployment(v, "served-fell", SERVED, [(healthy, 60), (k7([200, 60, 25, 12, 7, 4, 2]), 60)])
     name = "VLLMSpecDecodeFirstPositionAcceptanceLow"
-    return group("position 0 low after a fall, with no profile", s, [
-        check("70m", name, []),  # low since ~63m, pending (for: 15m)
-        check("85m", name, [first_low("served-fell", SERVED, "20%")]),  # 24 min from the fall
-    ])
+    return group(
+        "position 0 low after a fall, with no profile",
+        s,
+        [
+            check("70m", name, []),  # low since ~63m, pending (for: 15m)
+            check("85m", name, [first_low("served-fell", SERVED, "20%")]),  # 24 min from the fall
+        ],
+    )
 
 
 def no_baseline_group() -> dict:
@@ -921,34 +1258,68 @@ def no_baseline_group() -> dict:
     (model_info profile_matched_by="none"), drafting: said after 30m, as info. Beside it the
     same name whose root matched a profile, and an unmatched one with no traffic: quiet."""
     s = []
-    for pod, matched_by, traffic in (("nobase", "none", FLASH_HEALTHY), ("rooted", "root", FLASH_HEALTHY),
-                                     ("nobase-idle", "none", IDLE_BROKEN)):
+    for pod, matched_by, traffic in (
+        ("nobase", "none", FLASH_HEALTHY),
+        ("rooted", "root", FLASH_HEALTHY),
+        ("nobase-idle", "none", IDLE_BROKEN),
+    ):
         s += deployment("sidecar", pod, SERVED, [(traffic, 90)])
-        info = {"namespace": NS, "pod": pod, "model_name": SERVED, "job": "vllm-specdec-exporter", "target": "vllm",
-                "root": f"/weights/{pod}", "profile": "" if matched_by == "none" else "deepseek-v4-pro-mtp-k2",
-                "profile_matched_by": matched_by}
+        info = {
+            "namespace": NS,
+            "pod": pod,
+            "model_name": SERVED,
+            "job": "vllm-specdec-exporter",
+            "target": "vllm",
+            "root": f"/weights/{pod}",
+            "profile": "" if matched_by == "none" else "deepseek-v4-pro-mtp-k2",
+            "profile_matched_by": matched_by,
+        }
         s.append(gauge("vllm_specdec_model_info", info, "1x90"))
     name = "VLLMSpecDecodeNoBaseline"
-    said = alert(name, "info", pod_labels("nobase", SERVED),
-                 "A model drafts with no baseline profile: a head partly broken from the start goes unseen.",
-                 f"{SERVED} on {NS}/nobase drafts with no baseline profile: none matches its served name, the model "
-                 "vLLM's /v1/models names as its root, or an alias. A head that is partly broken from the start "
-                 "cannot be detected until a day of history exists; set baselines.aliases (served name: a model a "
-                 "profile matches) or a profile of its own (vllm_specdec_model_info shows the root).")
-    return group("no baseline profile for a drafting model (sidecar)", s, [
-        check("30m", name, []),  # pending (for: 30m)
-        check("40m", name, [said]),
-        check("80m", name, [said]),
-    ])
+    said = alert(
+        name,
+        "info",
+        pod_labels("nobase", SERVED),
+        "A model drafts with no baseline profile: a head partly broken from the start goes unseen.",
+        f"{SERVED} on {NS}/nobase drafts with no baseline profile: none matches its served name, the model "
+        "vLLM's /v1/models names as its root, or an alias. A head that is partly broken from the start "
+        "cannot be detected until a day of history exists; set baselines.aliases (served name: a model a "
+        "profile matches) or a profile of its own (vllm_specdec_model_info shows the root).",
+    )
+    return group(
+        "no baseline profile for a drafting model (sidecar)",
+        s,
+        [
+            check("30m", name, []),  # pending (for: 30m)
+            check("40m", name, [said]),
+            check("80m", name, [said]),
+        ],
+    )
 
 
 def suite(variant: str) -> dict:
     VARIANT["v"] = variant
-    groups = [collapse_group(variant), verdict_group(variant), position0_fall_group(variant), fleet_group(variant), dropped_group(variant),
-              rollout_group(variant), chain_group(variant), gaps_group(variant), quiet_rollout_group(variant),
-              not_drafting_group(variant), wasted_and_high_group(variant), distribution_group(variant),
-              fast_collapse_group(variant), request_extremes_group(variant)]
-    groups += [sidecar_only_group(), no_baseline_group()] if variant == "sidecar" else [direct_invariant_group()]
+    groups = [
+        collapse_group(variant),
+        verdict_group(variant),
+        position0_fall_group(variant),
+        fleet_group(variant),
+        dropped_group(variant),
+        rollout_group(variant),
+        chain_group(variant),
+        gaps_group(variant),
+        quiet_rollout_group(variant),
+        not_drafting_group(variant),
+        wasted_and_high_group(variant),
+        distribution_group(variant),
+        fast_collapse_group(variant),
+        request_extremes_group(variant),
+    ]
+    groups += (
+        [sidecar_only_group(), no_baseline_group()]
+        if variant == "sidecar"
+        else [direct_invariant_group(), direct_two_jobs_group()]
+    )
     rule_file = "../rules.yaml" if variant == "sidecar" else "../rules-vllm-direct.yaml"
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": groups}
 

@@ -175,7 +175,7 @@ def _hostile(n: int, tail: str, lines: int = 4) -> bytes:
 
 def _cost(data: bytes, wanted) -> float:
     best = math.inf
-    for _ in range(3):  # the least of three: these machines are shared
+    for _ in range(7):  # the least of seven: these machines are shared (3 read 24x at load 10)
         start = time.perf_counter()
         parse(data, wanted)
         best = min(best, time.perf_counter() - start)
@@ -187,7 +187,10 @@ def _growth(make) -> tuple[float, float]:
     the 64k step, minutes, is not run)."""
     c1, c8 = (_cost(make(n), NAMES) for n in (1024, 8192))
     low = c8 / max(c1, 1e-5)
-    return low, (_cost(make(65536), NAMES) / max(c8, 1e-5) if low < 24 else math.inf)
+    return low, (_cost(make(65536), NAMES) / max(c8, 1e-5) if low < GROWTH_LIMIT else math.inf)
+
+
+GROWTH_LIMIT = 40  # linear reads 8, quadratic 64: the margin is for a busy machine's noise
 
 
 SHAPES = {
@@ -206,7 +209,7 @@ SHAPES = {
 def test_the_fast_path_costs_linear_time_in_the_worst_shapes(shape):
     """Ratios, not absolute times: a quadratic pattern grows 64x per step, a linear one 8x."""
     low, high = _growth(SHAPES[shape])
-    assert low < 24 and high < 24, f"{shape}: cost grew {low:.1f}x then {high:.1f}x for 8x the blanks"
+    assert low < GROWTH_LIMIT and high < GROWTH_LIMIT, f"{shape}: cost grew {low:.1f}x then {high:.1f}x for 8x the blanks"
 
 
 def test_report_on_the_dp8_example_with_one_hostile_line_costs_what_the_clean_file_costs():

@@ -327,7 +327,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     if src is SIDECAR:
         k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
     else:
-        k_expr = f"max by ({by(labels)}) (\n  count by ({by(labels)}, instance, {c.LABEL_ENGINE}) ({src.per_pos}{sel})\n)"
+        # k = the number of distinct positions an engine reports (grouped first: a pod scraped by
+        # two jobs has each position twice).
+        eng = f"{by(labels)}, instance, {c.LABEL_ENGINE}"
+        k_expr = f"max by ({by(labels)}) (\n  count by ({eng}) (group by ({eng}, position) ({src.per_pos}{sel}))\n)"
     # k and the baseline change with a restart at most: recorded in the long group, they cost a
     # sixth (vLLM-direct counts every engine's position series) and are up to its interval late.
     k = name(level, "num_speculative_tokens", "max")
@@ -362,12 +365,23 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
     # conditional acceptance of position 1 do not depend on k.
     record(slow, name(ml, "drafts", f"max_over_time{DAY}"), f"max_over_time({name(ml, 'drafts', f'rate{hw}')}[{o.day_range}])")
-    for metric, position in (("position_acceptance_ratio", "0"), ("position_conditional_acceptance_ratio", "1")):
-        record(
-            slow,
-            name(ml, metric, f"max_over_time{DAY}"),
-            f'max_over_time({name(ml, metric, f"ratio_rate{hw}")}{{position="{position}"}}[{o.day_range}])',
-        )
+    p0 = name(ml, "position_acceptance_ratio", f"ratio_rate{hw}")
+    record(
+        slow, name(ml, "position_acceptance_ratio", f"max_over_time{DAY}"), f'max_over_time({p0}{{position="0"}}[{o.day_range}])'
+    )
+    # Position 1's conditional over the servers that draft a position 1 only: a k=1 server beside
+    # k>=2 ones adds position-0 acceptances with no position 1, which would dilute the ratio.
+    pos = name(SERVER, "position_accepted_tokens", f"rate{hw}")
+    chain = name(ml, "position1_conditional_acceptance_ratio", f"ratio_rate{hw}")
+    record(
+        slow,
+        chain,
+        f'sum by ({by(mlabels)}) ({pos}{{position="1"}})\n  / (sum by ({by(mlabels)}) ({pos}{{position="0"}} '
+        f'and on({by(labels)}) {pos}{{position="1"}}) > 0)',
+    )
+    record(
+        slow, name(ml, "position1_conditional_acceptance_ratio", f"max_over_time{DAY}"), f"max_over_time({chain}[{o.day_range}])"
+    )
     if src is DIRECT:
         # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
         w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
@@ -562,12 +576,12 @@ def _chain_broken(x: X) -> tuple[str, str]:
     # Against a profile, or after the model's chain was healthy within the day.
     floor, cfloor = x.t["position0_floor"], x.t["chain_conditional_floor"]
     baseline = name(c.ALERT_LEVEL, "baseline_mean_acceptance_length", "max")
-    best = name(MODEL_LEVEL, "position_conditional_acceptance_ratio", f"max_over_time{DAY}")  # position 1
+    best = name(MODEL_LEVEL, "position1_conditional_acceptance_ratio", f"max_over_time{DAY}")
     p0 = _position(x, 0)
     return (
         f"{_position(x, 1)} / {x.on} ({p0} > 0) < {cfloor}\n"
         f"and {x.on} {p0} / {x.on} ({x.d5} > {x.floor}) >= {floor}\n"
-        f"and {x.on_model} (max by ({by(x.lv[MODEL_LEVEL])}) ({baseline}) or max without(position) ({best}) >= 2 * {cfloor})",
+        f"and {x.on_model} (max by ({by(x.lv[MODEL_LEVEL])}) ({baseline}) or {best} >= 2 * {cfloor})",
         f"Of the drafts of {x.where} whose position 0 was accepted, position 1 was accepted in "
         f"{{{{ $value | humanizePercentage }}}} over {x.w} (healthy: 41 % or more), while position 0 is healthy: "
         f"the draft chain breaks after its first token.",
