@@ -92,3 +92,65 @@ def test_label_names_come_from_config():
     found = {str(p.relative_to(REPO)): hits for p in sorted(PACKAGE.rglob("*.py"))
              if p.name not in allowed and (hits := _label_literals(p))}
     assert found == {}
+
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_imports(path) -> set[str]:
+    """This package's modules a file imports anywhere in it (a function's body included), resolved
+    to dotted module names ('adapters.vllm_v1'; '' is the package itself)."""
+    here = _module_name(path)
+    package = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+    package = [p for p in package if p]
+    known = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+        elif (node.module or "").startswith("vllm_specdec_exporter"):
+            target = node.module.removeprefix("vllm_specdec_exporter").lstrip(".")
+        else:
+            continue
+        for alias in node.names:  # `from . import vllm_v1` imports a module, not a name
+            sub = f"{target}.{alias.name}".lstrip(".")
+            out.add(sub if sub in known else target)
+    return out - {here}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each import cycle found by a depth-first walk (a module's own package __init__ is not an edge)."""
+    done: set[str] = set()
+    found = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        if node in stack:
+            found.append(" -> ".join([*stack[stack.index(node):], node]))
+            return
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            if nxt and not node.startswith(f"{nxt}."):
+                visit(nxt, [*stack, node])
+        done.add(node)
+
+    for start in sorted(graph):
+        visit(start, [])
+    return found
+
+
+def test_no_import_cycles_in_the_package_even_inside_functions():
+    cycles = _cycles({_module_name(p): _package_imports(p) for p in PACKAGE.rglob("*.py")})
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_the_cycle_check_sees_a_cycle():
+    # The check above would pass vacuously if it resolved nothing: a real pair, and a made-up cycle.
+    assert "adapters.vllm_v1" in _package_imports(PACKAGE / "adapters" / "renamed.py")
+    assert "adapters.common" in _package_imports(PACKAGE / "adapters" / "vllm_v1.py")
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]

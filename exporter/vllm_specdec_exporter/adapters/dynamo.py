@@ -10,7 +10,8 @@ engine by Dynamo's labels on the spec-decode samples.
 
 from __future__ import annotations
 
-from .common import DYNAMO_IDENTITY, DYNAMO_LABELS, VLLM_V1_NAMES, RenamedVllmAdapter
+from .common import DYNAMO_IDENTITY, DYNAMO_LABELS
+from .renamed import VLLM_V1_NAMES, RenamedVllmAdapter
 from .sglang import SglangAdapter
 from .trtllm import TrtllmAdapter
 

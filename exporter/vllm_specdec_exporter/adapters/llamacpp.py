@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..model import Snapshot
 from ..parser import Exposition
-from .common import RenamedVllmAdapter, with_prefix
+from .renamed import RenamedVllmAdapter, with_prefix
 
 PREFIX = "llamacpp:"
 

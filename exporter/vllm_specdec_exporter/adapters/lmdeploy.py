@@ -9,7 +9,7 @@ counters: they are never read (a window needs counter deltas).
 
 from __future__ import annotations
 
-from .common import RenamedVllmAdapter, with_prefix
+from .renamed import RenamedVllmAdapter, with_prefix
 
 PREFIX = "lmdeploy:"
 

@@ -7,7 +7,8 @@ Each replica is its own engine, never merged with another: the engine becomes
 
 from __future__ import annotations
 
-from .common import RAY_IDENTITY, RenamedVllmAdapter, with_prefix
+from .common import RAY_IDENTITY
+from .renamed import RenamedVllmAdapter, with_prefix
 
 PREFIXES = ("ray_vllm_", "ray_vllm:")
 
