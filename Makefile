@@ -37,7 +37,10 @@ $(HELM):
 tools:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
 	  echo "installing Debian prometheus, prometheus-alertmanager and openssl"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  for try in $$(seq 60); do $(SUDO) apt-get update -qq && break; \
+	    echo "apt-get update failed (its lock held by another apt, as unattended-upgrades on a fresh VM?): retry in 10 s"; \
+	    sleep 10; done; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
 	    --no-install-recommends prometheus prometheus-alertmanager openssl >/dev/null; }
 
 ## generate: rules, alerts and their promtool suites from the config module, dashboards, and the generated
