@@ -1,0 +1,77 @@
+"""The sidecar's /metrics for a fixed input, kept as a golden file (as node_exporter keeps
+its fixtures' output): any change to what is exported -- a name, a label, a help text, a
+figure, the order -- shows as a diff here, and is either a bug or a deliberate change made
+with UPDATE_GOLDEN=1 (then reviewed in the commit's diff).
+
+The input is examples/broken-v4-pro-mtp: before.prom at the first poll, after.prom a minute
+later, on a fake clock. Lines that measure this process or this run (durations, the clock,
+process and Python figures, the build) are left out of the comparison."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+
+import aiohttp
+from aiohttp import web
+from conftest import REPO
+from sidecar_harness import FakeClock, start
+from vllm_specdec_exporter.settings import build_settings
+from vllm_specdec_exporter.web import POLLERS, create_app
+
+GOLDEN = REPO / "tests" / "fixtures" / "golden" / "metrics.prom"
+INPUT = REPO / "examples" / "broken-v4-pro-mtp"
+# What depends on the machine, the wall clock or the build, not on the input.
+VOLATILE = re.compile(
+    r"^(# (HELP|TYPE) )?(process_|python_|vllm_specdec_exporter_build_info"
+    r"|vllm_specdec_exporter_\w*(duration|seconds|timestamp|bytes)\w*)"
+)
+
+
+async def _scrape() -> str:
+    bodies = [(INPUT / "before.prom").read_bytes(), (INPUT / "after.prom").read_bytes()]
+    served = {"n": 0}
+
+    async def handle(request: web.Request) -> web.Response:
+        body = bodies[min(served["n"], 1)]
+        served["n"] += 1
+        return web.Response(body=body, content_type="text/plain")
+
+    vllm = web.Application()
+    vllm.router.add_get("/metrics", handle)
+    runner, url = await start(vllm)
+    clock = FakeClock()
+    settings = build_settings({"poll": {"interval": "60s", "timeout": "2s"}},
+                              {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
+    app = create_app(settings, mono=clock, start_polling=False)
+    app_runner, app_url = await start(app)
+    try:
+        for _ in range(2):
+            assert await app[POLLERS][0].poll_once() == "success"
+            clock.t += 60
+        clock.t -= 60  # scraped right after the second poll
+        async with aiohttp.ClientSession() as session, session.get(app_url + "/metrics") as resp:
+            assert resp.status == 200
+            return await resp.text()
+    finally:
+        await app_runner.cleanup()
+        await runner.cleanup()
+
+
+def stable(text: str) -> str:
+    return "".join(line + "\n" for line in text.splitlines() if not VOLATILE.match(line))
+
+
+def test_metrics_for_the_broken_v4_pro_dumps_match_the_golden_file():
+    got = stable(asyncio.run(_scrape()))
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(got)
+    assert "vllm_specdec_mean_acceptance_length" in got  # the figures are in it, not only self-metrics
+    assert got == GOLDEN.read_text(), "/metrics changed: diff it against tests/fixtures/golden/metrics.prom " \
+        "(UPDATE_GOLDEN=1 rewrites the file when the change is deliberate)"
+
+
+def test_two_runs_give_the_same_text():
+    # What the comparison keeps depends on the input only.
+    assert stable(asyncio.run(_scrape())) == stable(asyncio.run(_scrape()))
