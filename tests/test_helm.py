@@ -85,8 +85,8 @@ def test_standalone_container_probes_ports_security_and_args():
     c = container(docs)
     assert c["args"] == ["serve", "--config.file=/etc/vllm-specdec-exporter/config.yaml", "--web.listen-address=:9746"]
     assert c["ports"] == [{"name": "specdec-metrics", "containerPort": 9746, "protocol": "TCP"}]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "specdec-metrics"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "specdec-metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 9746}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 9746}
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
     assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"

@@ -165,10 +165,12 @@ names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
     - name: {{ .Values.portName }}
       containerPort: {{ .Values.port }}
       protocol: TCP
+  {{- /* The probes give the port's number: a name works on every Kubernetes, but podman's
+         `kube play` (4.3) turns a named probe port into port 0 (docs/image.md). */}}
   livenessProbe:
     httpGet:
       path: /healthz
-      port: {{ .Values.portName }}
+      port: {{ .Values.port }}
       {{- if include "vllm-specdec-exporter.https" . }}
       scheme: HTTPS
       {{- end }}
@@ -176,7 +178,7 @@ names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
   readinessProbe:
     httpGet:
       path: /readyz
-      port: {{ .Values.portName }}
+      port: {{ .Values.port }}
       {{- if include "vllm-specdec-exporter.https" . }}
       scheme: HTTPS
       {{- end }}
