@@ -112,15 +112,3 @@ def test_the_committed_schema_is_the_generated_one(monkeypatch):
     monkeypatch.setitem(LIMITS, "health.collapse_margin", Limit(0.0, 0.5))
     changed = json.loads(schema.with_schema_config(text))
     assert changed["properties"]["config"]["properties"]["health"]["properties"]["collapse_margin"]["maximum"] == 0.5
-
-
-def test_detection_is_built_once_from_the_table():
-    s = build_settings({"targets": TARGETS, "min_drafts": 7, "health": {"collapse_margin": 0.2}}, {})
-    assert s.detection == cfg.Detection(collapse_margin=0.2, min_drafts=7)
-    assert s.detection is s.detection and (s.min_drafts, s.health_window) == (7, "5m")
-    assert "min_drafts" not in cfg.DETECTION_KEYS and set(cfg.DETECTION_KEYS) - {"window"} == {
-        k.split(".", 1)[1] for k in LIMITS if k.startswith("health.")}
-    with pytest.raises(ConfigError, match="baselines.profiles.0..mean_acceptance_length: 65.5 is out of range "
-                                          r"\(valid: 1 to 65\)"):
-        build_settings({"targets": TARGETS, "baselines": {"profiles": [
-            {"name": "p", "model": "m", "k": cfg.MAX_K, "mean_acceptance_length": cfg.MAX_K + 1.5}]}}, {})

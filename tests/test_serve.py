@@ -10,9 +10,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, cli_path, require, run_cli
+from conftest import cli_path, require, run_cli
 from sidecar_harness import harness, run
-from vllm_specdec_exporter.settings import ConfigError, load_settings
 
 
 def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -60,20 +59,6 @@ def test_config_errors_exit_2_naming_the_key(tmp_path, args, config, expected):
 def test_missing_config_file_names_the_flag():
     proc = serve("--config.file", "/no/such.yaml")
     assert proc.returncode == 2 and b"config: --config.file: no such file: /no/such.yaml" in proc.stderr
-
-
-def test_precedence_flags_then_env_then_file(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("targets: [{url: 'http://file:1/m', name: f}]\npoll: {interval: 7s}\nweb: {listen_address: ':1111'}\n")
-    env = {"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "3s", "VLLM_SPECDEC_EXPORTER_VLLM_URL": "a=http://env:1/m,b=http://env:2/m"}
-    s = load_settings({"config_file": str(path)}, env)
-    assert s.poll_interval == 3 and [t.name for t in s.targets] == ["a", "b"] and s.listen_port == 1111
-    s = load_settings({"config_file": str(path), "poll_interval": "2s", "urls": ["http://flag:1/m"]}, env)
-    assert s.poll_interval == 2 and [(t.name, t.url) for t in s.targets] == [("vllm", "http://flag:1/m")]
-    s = load_settings({"config_file": str(path)}, {})
-    assert s.poll_interval == 7 and s.targets[0].name == "f"
-    with pytest.raises(ConfigError, match=r"--poll\.interval"):
-        load_settings({"urls": ["http://x:1/m"]}, {"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "never"})
 
 
 def test_env_fallback_reaches_the_process():
@@ -126,57 +111,3 @@ def test_promtool_check_metrics_passes_on_the_output():
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == b"" and proc.stderr.strip() == b"", proc.stdout + proc.stderr
-
-
-def test_the_documented_example_config_loads():
-    from conftest import REPO
-
-    s = load_settings({"config_file": str(REPO / "examples" / "config.yaml")}, {})
-    assert s.targets[0].method == "mtp"
-    assert s.baselines[0].name == "my-v4-pro-chat"  # user profiles before the shipped ones
-    assert {p.name for p in s.baselines} >= {"deepseek-v4-pro-mtp-k2", "deepseek-v4-flash-mtp-k2"}
-    assert [w for w, _ in s.windows] == ["1m", "5m", "15m", "1h"]
-
-
-def test_flags_keys_and_environment_variables_map_one_way_from_one_table():
-    from vllm_specdec_exporter.cli import build_parser
-    from vllm_specdec_exporter.settings import FLAGS, flags_markdown
-
-    assert flags_markdown() in (REPO / "docs" / "configuration.md").read_text(), \
-        "docs/configuration.md's flag table differs from settings.FLAGS (make generate)"
-    # Written out by hand: the rule, not the code's rendering of it.
-    expected = {"--web.listen-address": ("web.listen_address", "VLLM_SPECDEC_EXPORTER_WEB_LISTEN_ADDRESS"),
-                "--web.config.file": ("web.config.file", "VLLM_SPECDEC_EXPORTER_WEB_CONFIG_FILE"),
-                "--poll.interval": ("poll.interval", "VLLM_SPECDEC_EXPORTER_POLL_INTERVAL"),
-                "--log.format": ("log.format", "VLLM_SPECDEC_EXPORTER_LOG_FORMAT"),
-                "--log.level": ("log.level", "VLLM_SPECDEC_EXPORTER_LOG_LEVEL"),
-                "--vllm.url": (None, "VLLM_SPECDEC_EXPORTER_VLLM_URL"),
-                "--vllm.model": (None, "VLLM_SPECDEC_EXPORTER_VLLM_MODEL"),
-                "--vllm.method": (None, "VLLM_SPECDEC_EXPORTER_VLLM_METHOD"),
-                "--vllm.k": (None, "VLLM_SPECDEC_EXPORTER_VLLM_K"),
-                "--vllm.profile": (None, "VLLM_SPECDEC_EXPORTER_VLLM_PROFILE"),
-                "--config.file": (None, "VLLM_SPECDEC_EXPORTER_CONFIG_FILE")}
-    assert {f.flag: (f.key, f.env) for f in FLAGS} == expected
-    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
-    assert sorted(o for a in serve._actions for o in a.option_strings if o not in ("-h", "--help")) == sorted(expected)
-
-
-def test_each_flag_its_key_and_its_variable_set_the_same_setting(tmp_path):
-    path = tmp_path / "c.yaml"
-    cases = {"web.listen_address": ("web: {listen_address: '127.0.0.1:1234'}", "--web.listen-address", "127.0.0.1:1234"),
-             "poll.interval": ("poll: {interval: 3s}", "--poll.interval", "3s"),
-             "log.level": ("log: {level: debug}", "--log.level", "debug")}
-    from vllm_specdec_exporter.cli import build_parser
-    from vllm_specdec_exporter.settings import FLAGS
-
-    by_flag = {f.flag: f for f in FLAGS}
-    for key, (yaml_text, flag, value) in cases.items():
-        path.write_text(f"targets: [{{url: 'http://a:1/m'}}]\n{yaml_text}\n")
-        from_file = load_settings({"config_file": str(path)}, {})
-        args = vars(build_parser().parse_args(["serve", "--vllm.url", "http://a:1/m", flag, value]))
-        from_flag = load_settings(args, {})
-        from_env = load_settings({"urls": ["http://a:1/m"]}, {by_flag[flag].env: value})
-        assert from_file == from_flag == from_env, key
-    path.write_text("targets: [{url: 'http://a:1/m'}]\nlisten_address: ':1'\n")
-    with pytest.raises(ConfigError, match=r"renamed to web\.listen_address"):
-        load_settings({"config_file": str(path)}, {})

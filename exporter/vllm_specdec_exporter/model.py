@@ -56,7 +56,7 @@ def series_name(key: SeriesKey) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BaselineProfile:
-    """The lowest healthy mean acceptance length of a model at one k (settings.py loads them)."""
+    """The lowest healthy mean acceptance length of a model at one k (the settings package loads them)."""
 
     name: str
     model: re.Pattern[str]

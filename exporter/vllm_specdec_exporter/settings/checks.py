@@ -1,0 +1,103 @@
+"""Small validators of one value each, raising ConfigError(key, ...): the key names the bad
+input (a config key or a flag) and the message what would be valid."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from .. import config
+from ..errors import ConfigError, shown, shown_key
+from ..sources import redact_url
+from .values import LIMITS
+
+
+def _duration(key: str, value: Any) -> float:
+    try:
+        return config.parse_duration(value)
+    except ValueError as e:  # its message quotes the value whole: quoted here as every other one
+        raise ConfigError(key, str(e).replace(repr(value), shown(value), 1)) from None
+
+
+def canonical_duration(seconds: float) -> str:
+    """The one spelling of a duration: the largest unit that divides it (300 -> '5m', 90 -> '90s')."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def _limited(key: str, value: Any, limit_key: str | None = None) -> float:
+    """``value`` checked against LIMITS[limit_key or key]; errors name ``key``."""
+    limit = LIMITS[limit_key or key]
+    return _number(key, value, limit.low, limit.high, limit.integer)
+
+
+def _number(key: str, value: Any, low: float, high: float, integer: bool = False) -> float:
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise ConfigError(key, f"{shown(value)} is not {kind} (valid: {low:g} to {high:g})")
+    if not low <= value <= high:
+        raise ConfigError(key, f"{shown(value)} is out of range (valid: {low:g} to {high:g})")
+    return value
+
+
+def _choice(key: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ConfigError(key, f"{shown(value)} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def _mapping(key: str, value: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a mapping with keys {', '.join(allowed)}")
+    for k in value:
+        if k not in allowed:
+            raise ConfigError(f"{key}.{shown_key(k)}" if key else shown_key(k), f"unknown key (valid: {', '.join(allowed)})")
+    return value
+
+
+def _url(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, f"{shown(value)} is not a URL")
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0  # ports 1-65535
+    except ValueError:  # e.g. http://[::1/ or a port over 65535
+        ok = False
+    if not ok:  # redacted: the URL may carry a password
+        raise ConfigError(
+            key, f"{shown(redact_url(value))} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/metrics)"
+        )
+    return value
+
+
+def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(key, f"{shown(value)} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 <= int(port) <= 65535:
+        raise ConfigError(key, f"{shown(value)}: port must be 1-65535 (or 0: any free port)")
+    return host, int(port)
+
+
+def _path(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(key, f"{shown(value)} is not a file path")
+    return value
+
+
+def _aliases(key: str, raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ConfigError(
+            key,
+            "expected a mapping of served model name to the model name profiles match, "
+            "e.g. {DSV4-W4A16-FP8-MTP: deepseek-ai/DeepSeek-V4-Pro}",
+        )
+    return dict(raw)

@@ -1,0 +1,24 @@
+"""The overrides over the file: each flag's value, or where it is unset its environment
+variable (VLLM_SPECDEC_EXPORTER_<NAME>, named by flags.Flag.env)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .flags import FLAGS
+
+
+def pick_overrides(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Flags first; an unset flag falls back to VLLM_SPECDEC_EXPORTER_<NAME>."""
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        value = flags.get(f.dest)
+        if value in (None, []):
+            env_value = env.get(f.env)
+            if env_value:
+                value = [u.strip() for u in env_value.split(",") if u.strip()] if f.repeat else env_value
+        if value not in (None, []):
+            out[f.dest] = value
+    return out
