@@ -280,3 +280,28 @@ def test_detection_is_built_once_from_the_table():
                                           r"\(valid: 1 to 65\)"):
         build_settings({"targets": TARGETS, "baselines": {"profiles": [
             {"name": "p", "model": "m", "k": cfg.MAX_K, "mean_acceptance_length": cfg.MAX_K + 1.5}]}}, {})
+
+
+# --- issue 32: the package's layout ---
+# Each module imports only the ones before it here (no cycle), so the sources (flags, overrides,
+# yamlfile) stay apart from validation, and none imports what serves, the CLI or the package itself.
+SETTINGS_ORDER = ("values", "yamlfile", "flags", "overrides", "checks", "targets", "profiles", "validate", "__init__")
+SERVING = {"server", "web", "poller", "views", "collector", "cli", "demo", "webconfig", "generators"}
+
+
+def test_the_settings_modules_import_one_way_and_nothing_that_serves():
+    import ast
+
+    package = REPO / "exporter" / "vllm_specdec_exporter" / "settings"
+    assert sorted(p.stem for p in package.glob("*.py")) == sorted(SETTINGS_ORDER)
+    for path in package.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 300, f"{path.name}: one job per module"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            if node.level == 1:
+                assert node.module, f"{path.name}: `from . import ...`: the package itself"
+                assert SETTINGS_ORDER.index(node.module) < SETTINGS_ORDER.index(path.stem), f"{path.name} imports {node.module}"
+            else:
+                names = {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+                assert not names & SERVING, f"{path.name} imports {sorted(names & SERVING)}"
