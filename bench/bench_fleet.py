@@ -48,7 +48,6 @@ import re
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,7 +55,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -65,6 +64,10 @@ import numpy as np
 import yaml
 from vllm_specdec_exporter import config as c
 from vllm_specdec_exporter.generators import rules
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the one process harness
+from processes import get, wait_for
+from processes import start as start_listening
 
 CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
 ENGINES_PER_POD = 8
@@ -95,62 +98,6 @@ def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
-def free_port_listen(proc: subprocess.Popen) -> int | None:
-    if proc.poll() is not None:
-        raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-    inodes = set()
-    for fd in os.listdir(f"/proc/{proc.pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:
-                return int(fields[1].rsplit(":", 1)[1], 16)
-    return None
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(step)
-
-
-@contextmanager
-def process(args: list[str], log: Path):
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def serve(es: ExitStack, args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    proc = es.enter_context(process(args, log))
-    port = wait_for(lambda: free_port_listen(proc), 30, f"{args[0]} to listen (log {log})")
-    return proc, f"127.0.0.1:{port}"
-
-
-def get(url: str, timeout: float = 30) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()
-
-
 def capture_payloads(tmp: Path) -> tuple[str, str]:
     """One pod's sidecar /metrics and vLLM /metrics: 8 engines of DeepSeek MTP, k=3."""
     (tmp / "scenario.yaml").write_text(
@@ -165,7 +112,7 @@ def capture_payloads(tmp: Path) -> tuple[str, str]:
         )
     )
     with ExitStack() as es:
-        _, sim = serve(
+        _, sim = start_listening(
             es,
             [str(CLI), "simulate", "--scenario", str(tmp / "scenario.yaml"), "--web.listen-address", "127.0.0.1:0"],
             tmp / "sim.log",
@@ -179,7 +126,7 @@ def capture_payloads(tmp: Path) -> tuple[str, str]:
                 }
             )
         )
-        _, exp = serve(es, [str(CLI), "serve", "--config.file", str(tmp / "exporter.yaml")], tmp / "exporter.log")
+        _, exp = start_listening(es, [str(CLI), "serve", "--config.file", str(tmp / "exporter.yaml")], tmp / "exporter.log")
         wait_for(lambda: b"vllm_specdec_drafts_total{" in get(f"http://{exp}/metrics"), 30, "the sidecar's first poll")
         time.sleep(4)
         return get(f"http://{exp}/metrics").decode(), get(f"http://{sim}/metrics").decode()
@@ -435,11 +382,14 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
         src.generation: "generation_tokens",
     }
     levels = dict(rules.levels(src, o))
+    # The reference kept per k: the model's level, with k as a label (every pod here drafts K).
+    levels[rules.K_LEVEL] = levels[rules.MODEL_LEVEL]
     out = []
     for rec in sorted(needs):
         level, metric, op = rec.split(":")
         metric = metric.removeprefix(f"{rules.P}_")
         keep = levels[level]
+        k_label = {rules.K_LABEL: str(K)} if level == rules.K_LEVEL else {}
         per_position = metric.startswith("position_")
         sums: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         positions: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -465,11 +415,13 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
                 values = {None: 1 + r["accepted_tokens"] / r["drafts"]}
             elif op.startswith("ratio_rate") and metric == "acceptance_ratio":
                 values = {None: r["accepted_tokens"] / r["draft_tokens"]}
+            elif op.startswith("ratio_rate") and metric == "position1_conditional_acceptance_ratio":
+                values = {None: positions[key]["1"] / positions[key]["0"]}
             else:
                 raise SystemExit(f"bench_fleet: no model of the recorded series {rec} (read over a range)")
             for position, value in values.items():
                 extra = {} if position is None else {c.LABEL_POSITION: position}
-                out.append((rec, {**labels, **extra}, value, needs[rec]))
+                out.append((rec, {**labels, **k_label, **extra}, value, needs[rec]))
     return out
 
 
@@ -580,7 +532,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
     (tmp / "rules.yaml").write_text(rule_text)
     with ExitStack() as es:
         gen = es.enter_context(Generator(fleet))
-        proc, address = serve(
+        proc, address = start_listening(
             es,
             [
                 prom_bin,
