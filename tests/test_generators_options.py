@@ -1,7 +1,7 @@
-"""The generators obey their own options (issue 22 item 1): every window suffix and every
-fleet label of the rules and dashboards comes from the options, and generation fails, naming
-the reader and the series, when an alert, a rule or a dashboard reads a recorded series that
-no recording rule defines."""
+"""The generators obey their own options (issue 22 item 1; generators/rules/options.py, references.py):
+every window suffix and every fleet label of the rules and dashboards comes from the options, and
+generation fails, naming the reader and the series, when an alert, a rule or a dashboard reads a
+recorded series that no recording rule defines."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """One registry per concept (issue 12 item 4): each alert is one record in
-generators/rules.py ALERTS, and its name is written nowhere else that is code or
+generators/rules/registry.py ALERTS, and its name is written nowhere else that is code or
 configuration; what is generated from the registry is checked for drift elsewhere
-(test_rules.py), and the Alertmanager example is checked against it here."""
+(test_rules.py, test_rules_text.py), and the Alertmanager example is checked against it here.
+Its expressions (generators/rules/expressions.py) render config.py's shared threshold formulas."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 from conftest import REPO
 from vllm_specdec_exporter.generators import rules
 
-REGISTRY = "exporter/vllm_specdec_exporter/generators/rules.py"
+REGISTRY = "exporter/vllm_specdec_exporter/generators/rules/registry.py"
 # Generated from the registry (and drift-checked), or checked against it below.
 GENERATED = {"alerts/rules.yaml", "alerts/rules-vllm-direct.yaml", "alerts/tests/sidecar.yaml",
              "alerts/tests/vllm-direct.yaml", "alerts/runbook.md", "alerts/alertmanager.example.yaml",
@@ -44,17 +45,6 @@ def test_each_alert_name_is_written_only_in_the_registry():
     # Within the registry, each name once.
     text = (REPO / REGISTRY).read_text()
     assert {n: len(re.findall(rf'"{n}"', text)) for n in rules.ALERT_NAMES} == dict.fromkeys(rules.ALERT_NAMES, 1)
-
-
-def test_the_runbook_index_lists_every_alert_with_its_registry_severity_and_for():
-    text = (REPO / "alerts" / "runbook.md").read_text()
-    block = text.split(rules.INDEX_BEGIN)[1].split(rules.INDEX_END)[0]
-    rows = [r.split(" | ") for r in block.strip().splitlines()[2:]]
-    assert [(re.search(r"\[(\w+)\]", r[0]).group(1), r[1], r[2]) for r in rows] == \
-        [(a.name, a.severity, a.for_) for a in rules.ALERTS]
-    # A registry change the committed runbook does not have is drift (make generate fixes it).
-    assert rules.with_runbook_index(text) == text
-    assert rules.with_runbook_index(text.replace("| critical |", "| warning |", 1)) == text
 
 
 def _matches(matchers: list[str], labels: dict[str, str]) -> bool:
@@ -92,10 +82,20 @@ def test_the_matcher_reader_refuses_what_does_not_match():
     assert not _matches(['alertname="VLLMSpecDecodeX"'], {"alertname": "VLLMSpecDecodeXY"})
 
 
-def test_the_helm_schema_takes_exactly_the_registry_alerts():
-    import json
+def test_the_degraded_thresholds_promql_is_the_sidecars_formula():
+    """Issue 32 item 3: config.degraded_floor and config.position0_share are the one definition of the
+    'degraded' threshold: the sidecar computes them on floats, the alerts render them as PromQL."""
+    from vllm_specdec_exporter import config
+    from vllm_specdec_exporter.generators.rules.expressions import Expr
 
-    schema = json.loads((REPO / "helm" / "vllm-specdec-exporter" / "values.schema.json").read_text())
-    alerts = schema["properties"]["prometheusRule"]["properties"]["alerts"]
-    assert list(alerts["properties"]) == list(rules.ALERT_NAMES)
-    assert alerts["additionalProperties"] is False
+    assert str(config.degraded_floor(Expr("0.75"), Expr("b"))) == "1 + 0.75 * (b - 1)"
+    assert str(config.position0_share(Expr("0.75"), Expr("b"), Expr("on(x) k"))) == "0.75 * (b - 1) / on(x) k"
+    for al, k in ((2.27, 2), (1.99, 7), (1.79, 1)):
+        rendered = config.degraded_floor(Expr(f"{config.DETECTION.degraded_fraction!r}"), Expr(repr(al)))
+        assert eval(str(rendered)) == config.DETECTION.degraded_floor_under(al)
+        share = config.position0_share(Expr("0.75"), Expr(repr(al)), Expr(str(k)))
+        assert min(0.5, eval(str(share))) == config.DETECTION.position0_floor_under(al, k)
+    alerts = {r["alert"]: r["expr"] for g in rules.rule_file("sidecar")["groups"] for r in g["rules"] if "alert" in r}
+    baseline = "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"
+    assert f"1 + 0.75 * ({baseline} - 1)" in alerts["VLLMSpecDecodeAcceptanceBelowBaseline"]
+    assert f"clamp_max(0.75 * ({baseline} - 1) / on(" in alerts["VLLMSpecDecodeFirstPositionAcceptanceLow"]

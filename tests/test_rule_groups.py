@@ -1,6 +1,6 @@
-"""Where each rule runs, for fleet scale (docs/scale.md): what is recorded per engine and per
-server, and what is evaluated every 3 minutes instead of every 30 s. bench/bench_fleet.py
-measures the cost; these hold the structure that cost depends on."""
+"""Where each rule runs, for fleet scale (docs/scale.md; generators/rules/recording.py, files.py):
+what is recorded per engine and per server, and what is evaluated every 3 minutes instead of
+every 30 s. bench/bench_fleet.py measures the cost; these hold the structure that cost depends on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rules and alerts: drift, promtool lint and unit tests, amtool, runbook, and end
+"""Rules and alerts (generators/rules/files.py, command.py): drift, promtool lint and unit tests, amtool, runbook, and end
 to end with a real Prometheus 2.42 scraping the real exporter fed by the simulator."""
 
 from __future__ import annotations

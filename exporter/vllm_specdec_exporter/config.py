@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol, Self, TypeVar
 
 # --- What vLLM V1 exposes (sample names exactly as they appear on the wire) ---
 VLLM_V1_DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -174,6 +175,39 @@ PARSE_HEAVY_HOLD_SECONDS = 300.0
 PARSE_TIMEOUT_SECONDS = 120
 
 
+class Arithmetic(Protocol):
+    """What the shared threshold formulas below compute with: a float in the sidecar, a PromQL
+    expression in the rule generator (generators/rules/expressions.py Expr), so that the alerts'
+    PromQL is generated from the very definition the sidecar judges with."""
+
+    def __sub__(self, other: int, /) -> Self: ...
+    def __radd__(self, other: int, /) -> Self: ...
+    def __mul__(self, other: Self, /) -> Self: ...
+    def __truediv__(self, other: Self, /) -> Self: ...
+
+
+N = TypeVar("N", bound=Arithmetic)
+
+
+# The 'degraded' threshold against a baseline profile: ONE definition, read by the sidecar's health
+# (Detection.degraded_*_under), its status page and the demo, and rendered as PromQL in the
+# alerts (AcceptanceBelowBaseline, FirstPositionAcceptanceLow).
+def degraded_gain(fraction: N, profile_al: N) -> N:
+    """The speculative gain (AL - 1) under which a model is degraded: ``fraction`` of its profile's."""
+    return fraction * (profile_al - 1)
+
+
+def degraded_floor(fraction: N, profile_al: N) -> N:
+    """The mean acceptance length under which a model is degraded: 1 + its degraded gain."""
+    return 1 + degraded_gain(fraction, profile_al)
+
+
+def position0_share(fraction: N, profile_al: N, k: N) -> N:
+    """The least position-0 acceptance of a model its profile (AL ``profile_al`` at ``k``) calls
+    healthy: AL - 1 <= k x position 0, so a degraded gain / k (Detection.position0_floor_under)."""
+    return degraded_gain(fraction, profile_al) / k
+
+
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's
 # `config.health` use these very names; each value is reasoned from public healthy and
@@ -219,8 +253,16 @@ class Detection:
         position 0, so a model the profile calls healthy (gain >= degraded_fraction x the
         profile's) has position 0 >= degraded_fraction x (profile AL - 1) / k; at most
         position0_floor. The V4-Flash k=7 profile (1.99) allows 0.106, V4-Pro k=2 (2.27) 0.476.
-        FirstPositionAcceptanceLow's PromQL is generated from the same formula (rules.py)."""
-        return min(self.position0_floor, self.degraded_fraction * (profile_al - 1) / k)
+        FirstPositionAcceptanceLow's PromQL is generated from the same formula (position0_share)."""
+        return min(self.position0_floor, position0_share(self.degraded_fraction, profile_al, float(k)))
+
+    def degraded_gain_under(self, profile_al: float) -> float:
+        """The gain (AL - 1) under which a model whose profile's AL is ``profile_al`` is degraded."""
+        return degraded_gain(self.degraded_fraction, profile_al)
+
+    def degraded_floor_under(self, profile_al: float) -> float:
+        """The AL under which a model whose profile's AL is ``profile_al`` is degraded (AcceptanceBelowBaseline's)."""
+        return degraded_floor(self.degraded_fraction, profile_al)
 
 
 DETECTION = Detection()

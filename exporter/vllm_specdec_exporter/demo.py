@@ -162,7 +162,7 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
         al = values("mean_acceptance_length", model, t.shown)
         base = values("baseline_mean_acceptance_length", model)
         # The verdict's own threshold: degraded under 1 + degraded_fraction x (baseline - 1).
-        floor = 1 + t.degraded_fraction * (base[0].value - 1) if base else None
+        floor = config.degraded_floor(t.degraded_fraction, base[0].value) if base else None
         engines = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.shown)}
         before = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.against)}
         named = {

@@ -484,7 +484,7 @@ INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift", "c
 
 def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: BaselineProfile | None) -> bool:
     """Below the profile's threshold, or below DIAG_FALL_FRACTION of the earlier figure."""
-    if profile is not None and _gain(c) < det.degraded_fraction * (profile.mean_acceptance_length - 1):
+    if profile is not None and _gain(c) < det.degraded_gain_under(profile.mean_acceptance_length):
         return True
     before = earlier.gain if earlier is not None else None
     return before is not None and _gain(c) < config.DIAG_FALL_FRACTION * before
@@ -564,7 +564,7 @@ def _judge(
     if al - 1.0 < det.collapse_margin:
         return Verdict("collapsed", f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}", states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
-    floor = None if profile is None else 1 + det.degraded_fraction * (profile.mean_acceptance_length - 1)
+    floor = None if profile is None else det.degraded_floor_under(profile.mean_acceptance_length)
     if bad:
         what = ", ".join(f"engine {e} {states[e]} (AL {1 + _gain(engines[e]):.3f})" for e in bad)
         if floor is not None and al < floor:  # the whole model fell too: say so first

@@ -275,7 +275,7 @@ async def landing(request: web.Request) -> web.Response:
             w = mv.windows.get(settings.health_window)
             st = w.stats if w else None
             # The verdict's threshold beside the profile's AL: 'ok' at 2.1 under a profile of 2.27 is right.
-            floor = 1 + settings.detection.degraded_fraction * (mv.profile.mean_acceptance_length - 1) if mv.profile else 0.0
+            floor = settings.detection.degraded_floor_under(mv.profile.mean_acceptance_length) if mv.profile else 0.0
             baseline = (
                 f"{mv.profile.mean_acceptance_length:.2f} ({esc(mv.profile.name)}; healthy from {floor:.3f} = 1 + "
                 f"{settings.detection.degraded_fraction:g} x (baseline - 1))"

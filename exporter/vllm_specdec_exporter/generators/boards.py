@@ -19,7 +19,10 @@ from typing import Any
 from . import exporter_board, overview
 from .grafana import Json
 from .output import exit_status, write_or_check
-from .rules import VARIANTS, DanglingReference, Options, check_references, default_options, recorded, rule_file
+from .rules.files import rule_file
+from .rules.options import VARIANTS, Options
+from .rules.references import DanglingReference, check_references, recorded
+from .rules.registry import default_options
 
 DASHBOARDS: dict[str, Callable[[Options], Json]] = {
     f"{overview.UID}.json": overview.dashboard,

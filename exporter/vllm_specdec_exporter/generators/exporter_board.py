@@ -7,7 +7,8 @@ import grafanalib.core as g
 from .. import config as c
 from .. import metrics as m
 from .grafana import Json, Layout, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
-from .rules import Options, default_options
+from .rules.options import Options
+from .rules.registry import default_options
 
 UID = "vllm-specdec-exporter"
 UP, POLLS = m.name("up"), m.sample("exporter_polls")

@@ -7,7 +7,9 @@ import grafanalib.core as g
 from .. import config as c
 from .. import metrics as m
 from .grafana import Json, Layout, bars, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
-from .rules import WINDOW_VARIABLE, Options, base_window, default_options, name
+from .rules.options import Options, base_window, name
+from .rules.references import WINDOW_VARIABLE
+from .rules.registry import default_options
 
 UID = "vllm-specdec-overview"
 NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"

@@ -11,7 +11,7 @@ Kinds:
 
 - ``flags``: serve's flags, config keys and environment variables (settings.FLAGS);
 - ``metrics``: the exported families (metrics.FAMILIES), with METRIC_NOTES;
-- ``alerts``: the alerts (generators/rules.py ALERTS), with ALERT_NOTES;
+- ``alerts``: the alerts (generators/rules/registry.py ALERTS), with ALERT_NOTES;
 - ``help COMMAND``: the command's ``--help`` (cli.build_parser), 100 columns;
 - ``output report|diff FILE...``: the command's real text output on files of this
   repository (relative paths, run from its root), what "(real output)" means.
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .output import exit_status
+from .rules import ALERTS, Options, alert_figures, default_options
 
 BEGIN = re.compile(r"<!-- generated: (?P<spec>[^()>]*?) \(make generate; do not edit\) -->\n")
 END = "<!-- end generated -->"
@@ -60,116 +61,127 @@ METRIC_NOTES: dict[str, str] = {
 # Per alert (keyed by its name after PREFIX, so that each alert name is written only in
 # the registry), what the registry does not hold: (fires when, catches, threshold and why,
 # onset to firing). Onset minutes are measured by promtool (tests/alert_onset.py).
-# {family:SHORT} stands for that exported family's sample name.
+# {family:SHORT} stands for that exported family's sample name, and {NAME} for a figure the rule
+# is built from (rules/text.py alert_figures: a threshold by its key, a window, the alert's {for},
+# what follows from them): no threshold is written here, so a changed one changes the table.
 PREFIX = "VLLMSpecDecode"
 ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
     "AcceptanceCollapsed": (
-        "AL over 5m < 1 + `collapse_margin` (1.1) with >= `min_drafts_per_second` (1)",
+        "AL over {window} < 1 + `collapse_margin` ({collapse_al}) with >= `min_drafts_per_second` ({min_drafts_per_second})",
         "the broken V4-Pro MTP head (AL 1.036), the mis-wired k=3 layer (1.09)",
-        "0.1: every broken-collapse figure is below 1.1, every healthy one above, including random-token "
+        "{collapse_margin}: every broken-collapse figure is below {collapse_al}, every healthy one above, including random-token "
         "benchmark load (1.19-1.21), which must never page",
         "16 min (head), 15 min (mis-wired)",
     ),
     "AcceptanceCollapsedFast": (
-        "AL over **2m** < 1.1 with >= `fast_collapse_min_drafts_per_second` (10) drafts/s",
+        "AL over **{fast_collapse_range}** < {collapse_al} with >= `fast_collapse_min_drafts_per_second` "
+        "({fast_collapse_min_drafts_per_second}) drafts/s",
         "the same collapses at production traffic, in minutes",
-        "10 drafts/s x 2m = 1,200 drafts: enough to make AL < 1.1 certain (below); under 10 drafts/s only the "
-        "slow path above pages",
+        "{fast_collapse_min_drafts_per_second} drafts/s x {fast_collapse_range} = {fast_collapse_drafts} drafts: enough to make "
+        "AL < {collapse_al} certain (below); under {fast_collapse_min_drafts_per_second} drafts/s only the slow path above pages",
         "4 min at 10, 100 and 1,000 drafts/s (broken head; mis-wired layer: 4 min)",
     ),
     "EngineCollapsed": (
-        "one engine's AL over 5m < 1.1 with traffic, while its server has not collapsed",
+        "one engine's AL over {window} < {collapse_al} with traffic, while its server has not collapsed",
         "a dead data-parallel rank (DP=8, one rank at AL 1.036: the server shows 2.41)",
         "the same margin, per engine",
         "15 min",
     ),
     "EngineLagging": (
-        "an engine's AL - 1 < `engine_lag_fraction` (0.75) x its server's, with traffic",
+        "an engine's AL - 1 < `engine_lag_fraction` ({engine_lag_fraction}) x its server's, with traffic",
         "a partly broken rank",
         "healthy ranks differ by ~5 % (quiet on the DP=8 noise case); a rank at AL 1.9 among 2.61s is at 0.59 of "
         "the server's gain",
         "15-23 min (judged every 3 min)",
     ),
     "FirstPositionAcceptanceLow": (
-        "position 0 acceptance over 5m, with traffic, below what the matched profile allows (`degraded_fraction` "
-        "x (profile AL - 1) / k, at most `position0_floor`, 0.5), or below 0.5 once the model's position 0 was at "
-        "0.5 or more within 1d in any pod of its namespace",
+        "position 0 acceptance over {window}, with traffic, below what the matched profile allows (`degraded_fraction` "
+        "x (profile AL - 1) / k, at most `position0_floor`, {position0_floor}), or below {position0_floor} once the "
+        "model's position 0 was at {position0_floor} or more within {day_range} in any pod of its namespace",
         "partial degradations: the V4-Flash sampling bug (0.149), missing draft context (0.22), MTP-3 at AL 1.2, "
         "and any served name after a fall (24 min) or on a rollout's new pods; a steady weak drafter with no "
         "profile (vLLM's Qwen3-VL EAGLE3 reference, 0.29) is not a fall and stays quiet",
         "healthy position 0 is >= 0.66 (V4-Flash k=1 worst workload; V4-Pro 0.92, fixed V4-Flash 0.70); every "
         "partial degradation is <= 0.33 (AL - 1 bounds it). Against a profile, AL - 1 <= k x position 0 makes the "
-        "floor one that no server the profile calls healthy falls under (V4-Flash k=7: 0.106). Random-token load "
+        "floor one that no server the profile calls healthy falls under (V4-Flash k=7: {v4_flash_k7_position0_floor}). Random-token load "
         "gives the sampling bug's very counters: it warns, never pages, and the description names both readings",
         "18-20 min",
     ),
     "DraftChainBroken": (
-        "position 1's conditional acceptance over 5m < `chain_conditional_floor` (0.3) while position 0 >= 0.5, "
-        "with traffic, where a profile matches or the model's was at 0.6 or more within 1d",
+        "position 1's conditional acceptance over {window} < `chain_conditional_floor` ({chain_conditional_floor}) while "
+        "position 0 >= {position0_floor}, with traffic, where a profile matches or the model's was at {chain_healthy} or "
+        "more within {day_range}",
         "a chain broken after position 0 that AL-based alerts miss at small k (SGLang's V4 MTP k=3 bug: AL 2.17 "
-        "against BelowBaseline's 2.12), from start-up or on a rollout's new pods",
+        "against BelowBaseline's {v4_pro_k3_degraded_floor}), from start-up or on a rollout's new pods",
         "healthy conditionals are >= 0.41 (the fixed V4-Flash k=2 sampling; V4-Pro 0.74, golden curves 0.61-0.80); "
         "the SGLang bug 0.25",
         "20 min (8 min for AcceptanceDropped where there is a healthy hour to compare with)",
     ),
     "AcceptanceBelowBaseline": (
-        "AL over 5m < 1 + `degraded_fraction` (0.75) x (profile AL - 1), with traffic",
+        "AL over {window} < 1 + `degraded_fraction` ({degraded_fraction}) x (profile AL - 1), with traffic",
         "the same partial degradations where a profile matches (both files)",
-        "profiles hold the lowest healthy figure; 0.75 leaves the ~15 % workload swing above it. V4-Flash k=2 "
-        "fixed (AL 1.99) is quiet (threshold 1.74)",
+        "profiles hold the lowest healthy figure; {degraded_fraction} leaves the ~15 % workload swing above it. V4-Flash "
+        "k=2 fixed (AL 1.99) is quiet (threshold {v4_flash_k2_degraded_floor})",
         "17-19 min",
     ),
     "AcceptanceDropped": (
-        "AL - 1 over 5m more than `drop_fraction` (40 %) below the model's best hour of the last day **at the same "
-        "k**, kept per namespace and model (a rollout keeps it), with traffic; held 3m",
+        "AL - 1 over {window} more than `drop_fraction` ({drop_percent}) below the model's best hour of the last day "
+        "**at the same k**, kept per namespace and model (a rollout keeps it), with traffic; held {for}",
         "any regression against the model's own history: a broken rollout, a head degrading in service",
         "beyond the ~31 % workload alone moves it (V4-Flash k=1: 0.66-0.96), well short of a collapse (~95 %); a k "
         "change starts a new history for the new k (usable an hour later)",
         "6-8 min; a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
     ),
     "NotDrafting": (
-        "generation > 1 token/s, no drafts over 5m, the model drafted within a day in its namespace (any pod)",
+        "generation > {min_generation_tokens_per_second} token/s, no drafts over {window}, the model drafted within a day "
+        "in its namespace (any pod)",
         "speculative decoding switched off, including by a rollout onto new pods",
         "",
         "15 min",
     ),
     "TargetDown": (
-        "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for 5m, "
-        "or is unreachable (refused, timeout) for 30m",
+        "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for {for}, "
+        "or is unreachable (refused, timeout) for {unreachable_after}",
         "a misconfiguration; a vLLM that never came back",
         "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload stays quiet, a "
         "wrong answer is a misconfiguration no waiting fixes",
         "6 min (wrong answer), 30 min (unreachable)",
     ),
     "TargetInconsistent": (
-        "over 10m, inconsistent engine polls >= 40 % of the successful polls",
+        "over {inconsistent_window}, inconsistent engine polls >= {inconsistent_percent} of the successful polls",
         "two servers behind one URL, a producer whose counters dip, an engine over `MAX_DRAFTS_PER_SECOND`: its "
         "figures are not counted",
         "a real glitch is one poll in hours (1 in 120: quiet)",
         "17 min",
     ),
-    "ExporterAbsent": ("no `{family:exporter_build_info}` for 10m", "the exporter not scraped", "", "15 min"),
+    "ExporterAbsent": ("no `{family:exporter_build_info}` for {for}", "the exporter not scraped", "", "15 min"),
     "CounterInvariantViolated": ("invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
     "NoBaseline": (
         "a model drafts with no profile found by its served name, its /v1/models root or an alias (sidecar)",
         "a deployment whose head may be partly broken from the start with nothing to compare it with",
-        "not a fault but a blind spot: said after 30m, so a profile set right after a deployment stays silent",
+        "not a fault but a blind spot: said after {for}, so a profile set right after a deployment stays silent",
         "31 min from the first drafts (promtool)",
     ),
     "SpeculativeTokensWasted": (
-        "last position accepted in < 5 % of drafts over 1h, with traffic",
+        "last position accepted in < {wasted_percent} of drafts over {hourly_window}, with traffic",
         "a k larger than the draft can use",
         "",
         "",
     ),
-    "AcceptanceSuspiciouslyHigh": ("acceptance > 98 % over 30m with traffic", "repetition loops", "", ""),
+    "AcceptanceSuspiciouslyHigh": (
+        "acceptance > {suspicious_percent} over {trend_window} with traffic",
+        "repetition loops",
+        "",
+        "",
+    ),
     "RequestAcceptanceExtreme": (
-        "over 1h, > 10 % of >= 20 finished requests at or below 5 % or above 98 % per-request acceptance (only "
-        "with vLLM PR #44487's histogram; vllm-direct needs bucket edges 0.05 and 0.98)",
+        "over {request_extremes_window}, > {request_percent} of >= {request_min} finished requests at or below "
+        "{request_low_percent} or above {request_high_percent} per-request acceptance (only with vLLM PR #44487's "
+        "histogram; vllm-direct needs bucket edges {request_low} and {request_high})",
         "garbled output (low end), repetition loops (high end)",
         "not yet calibrated on real traffic: no vLLM release has the histogram",
-        "from onset at steady traffic: 21 min (every request extreme) to 45 min (20 % of them): the 1h share "
-        "passes 10 %, then 15m",
+        "from onset at steady traffic: 21 min (every request extreme) to 45 min (20 % of them): the "
+        "{request_extremes_window} share passes {request_percent}, then {for}",
     ),
 }
 
@@ -196,20 +208,26 @@ def metrics_table() -> str:
     return "\n".join(rows)
 
 
-def alerts_table() -> str:
+def _filled(text: str, figures: dict[str, str]) -> str:
     from ..metrics import FAMILIES
-    from .rules import ALERTS
 
+    text = re.sub(r"\{family:(\w+)\}", lambda m: FAMILIES[m[1]].sample, text)
+    return re.sub(r"\{(\w+)\}", lambda m: figures[m[1]], text)
+
+
+def alerts_table(o: Options | None = None) -> str:
+    """docs/alerts.md's table, its figures from ``o`` (default: the shipped options the rules are built from)."""
+    o = o or default_options()
     rows = [
         "| alert | severity | for | fires when | catches | threshold and why | onset to firing |",
         "|---|---|---|---|---|---|---|",
     ]
     for a in ALERTS:
-        when, catches, why, onset = ALERT_NOTES.get(a.name.removeprefix(PREFIX), (a.summary, "", "", ""))
-        when = re.sub(r"\{family:(\w+)\}", lambda m: FAMILIES[m[1]].sample, when)
+        notes = ALERT_NOTES.get(a.name.removeprefix(PREFIX), (a.summary, "", "", ""))
+        when, catches, why, onset = (_filled(n, alert_figures(o, a.name)) for n in notes)
         when += " (sidecar)" if a.sidecar_only else ""
         link = f"[`{a.name}`](../alerts/runbook.md#{a.name.lower()})"
-        rows.append("| " + " | ".join([link, a.severity, a.for_, *map(_cell, (when, catches, why, onset))]) + " |")
+        rows.append("| " + " | ".join([link, a.severity, o.fors[a.name], *map(_cell, (when, catches, why, onset))]) + " |")
     return "\n".join(rows)
 
 

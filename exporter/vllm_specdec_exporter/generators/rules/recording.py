@@ -1,0 +1,278 @@
+"""Recording rules: the rates and ratios per level and window, k and the baseline per server (the
+vllm-direct variant's baseline profiles as rules), the model's healthy reference per k and its
+day's best, and the pruning of what no rule reads per server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ... import config as c
+from ... import metrics as m
+from ...model import BaselineProfile
+from ...settings import default_profiles
+from .options import (
+    DAY,
+    DIRECT,
+    ENGINE,
+    ENGINE_RATES,
+    K_LABEL,
+    K_LEVEL,
+    K_SERVER,
+    MODEL_LEVEL,
+    SERVER,
+    SIDECAR,
+    Options,
+    Rule,
+    Source,
+    base_window,
+    by,
+    levels,
+    long_windows,
+    minus,
+    name,
+    selector_of,
+)
+from .references import references
+
+
+def _model_regex(profile: BaselineProfile, o: Options, index: int) -> str:
+    """A profile's Python regex (re.search) as an anchored RE2 for =~, plus the served
+    names that are aliases of a model it matches."""
+    pattern = profile.model.pattern
+    body = f"(?i:.*{pattern[4:]}.*)" if pattern.startswith("(?i)") else f".*(?:{pattern}).*"
+    served = [re.escape(s) for s, model in o.aliases if profile.model.search(model)]
+    return "|".join([body, *served]) + (alias_placeholder(index) if o.alias_placeholders else "")
+
+
+def alias_placeholder(index: int) -> str:
+    return f"__ALIASES_{index}__"
+
+
+def baseline_expr(src: Source, o: Options, by_labels: Iterable[str]) -> str:
+    if src is SIDECAR:
+        return f"max by ({by(by_labels)}) ({m.name('baseline_mean_acceptance_length')}{selector_of(o)})"
+    # vllm-direct: the shipped profiles as rules, keyed by model regex and k; first match wins.
+    k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
+    profiles = o.profiles or tuple(default_profiles())
+    clauses = [
+        f"label_replace({p.mean_acceptance_length:g} + 0 * ({k}{{{c.LABEL_MODEL}=~`{_model_regex(p, o, i)}`}} "
+        f'== {p.k}), "profile", "{p.name}", "", "")'
+        for i, p in enumerate(profiles)
+    ]
+    return f"\n  or on({by(by_labels)}) ".join(clauses)
+
+
+def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
+    """(the evaluation-interval group, the long group). Fleet scale (docs/scale.md): only the
+    shortest window reads the raw counters; a longer window w is the mean of the shortest
+    window's recorded rates over w minus that window (so it spans w), taken per server (and
+    position) after the engines are summed, and per engine nothing but the shortest window is
+    kept. The hourly window, the day-long series and the day's range of k are recorded in the
+    long group, so the `[1d]` reads see a sample every few minutes, not every evaluation."""
+    fast: list[Rule] = []
+    slow: list[Rule] = []
+
+    def record(to: list[Rule], record: str, expr: str) -> None:
+        to.append({"record": record, "expr": expr})
+
+    sel = selector_of(o)
+    counters = {
+        "drafts": src.drafts,
+        "draft_tokens": src.draft_tokens,
+        "accepted_tokens": src.accepted,
+        "generation_tokens": src.generation,
+    }
+    lv = levels(src, o)
+    base, long = base_window(o), long_windows(o)
+    for w in o.windows:
+        to = slow if w in long else fast
+        rng = o.range(w)
+        span = minus(rng, o.range(base)) if w != base else ""
+        if span and c.parse_duration(span) <= 0:
+            span = ""
+        # A longer window at every level is the mean of that level's own shortest-window rates:
+        # a namespace reads its few series, not every server's (docs/scale.md).
+        from_base = bool(span)
+        finer: str | None = None  # the level just recorded, which the next one sums
+        for level, labels in lv:
+            if from_base and level == ENGINE:
+                continue  # per engine: the shortest window only (the engine panel averages it)
+            for metric, counter in counters.items():
+                if level == ENGINE and metric not in ENGINE_RATES:
+                    continue
+                if from_base:
+                    record(to, name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
+                    continue
+                if finer is None or (finer == ENGINE and metric not in ENGINE_RATES):
+                    source = f"rate({counter}{sel}[{rng}])"
+                else:
+                    source = name(finer, metric, f"rate{w}")
+                record(to, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
+            if level != ENGINE:
+                # Positions are not kept per engine: the first level below reads the counters.
+                pos = name(level, "position_accepted_tokens", f"rate{w}")
+                if from_base:
+                    record(to, pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
+                else:
+                    source = (
+                        f"rate({src.per_pos}{sel}[{rng}])"
+                        if finer is None or finer == ENGINE
+                        else name(finer, "position_accepted_tokens", f"rate{w}")
+                    )
+                    record(to, pos, f"sum by ({by(labels)}, position) ({source})")
+            drafts = name(level, "drafts", f"rate{w}")
+            accepted = name(level, "accepted_tokens", f"rate{w}")
+            if level == ENGINE:
+                # No ratio per engine: the engine alerts divide the two rates themselves (one join
+                # each, not a recorded ratio read three times: docs/scale.md).
+                finer = level
+                continue
+            # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
+            record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
+            record(
+                to,
+                name(level, "acceptance_ratio", f"ratio_rate{w}"),
+                f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)",
+            )
+            record(
+                to,
+                name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
+                f"{name(level, 'position_accepted_tokens', f'rate{w}')} / ignoring(position) group_left() ({drafts} > 0)",
+            )
+            record(
+                to,
+                name(level, "effective_draft_length", f"ratio_rate{w}"),
+                f"{name(level, 'draft_tokens', f'rate{w}')} / ({drafts} > 0)",
+            )
+            record(
+                to,
+                name(level, "draft_token_share", f"ratio_rate{w}"),
+                f"{accepted} / ({name(level, 'generation_tokens', f'rate{w}')} > 0)",
+            )
+            if level != SERVER:
+                # Only where the dashboards read them (a clause per position each): not per server.
+                record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"), _conditional(level, w))
+                record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
+            finer = level
+
+    # k and the baseline, per server (the alert level).
+    level, labels = c.ALERT_LEVEL, dict(lv)[c.ALERT_LEVEL]
+    if src is SIDECAR:
+        k_expr = f"max by ({by(labels)}) ({m.name('num_speculative_tokens')}{sel})"
+    else:
+        # k = the number of distinct positions an engine reports (grouped first: a pod scraped by
+        # two jobs has each position twice).
+        eng = f"{by(labels)}, instance, {c.LABEL_ENGINE}"
+        k_expr = f"max by ({by(labels)}) (\n  count by ({eng}) (group by ({eng}, position) ({src.per_pos}{sel}))\n)"
+    # k and the baseline change with a restart at most: recorded in the long group, they cost a
+    # sixth (vLLM-direct counts every engine's position series) and are up to its interval late.
+    k = name(level, "num_speculative_tokens", "max")
+    record(slow, k, k_expr)
+    record(slow, name(level, "baseline_mean_acceptance_length", "max"), baseline_expr(src, o, labels))
+    # The healthy reference, kept per namespace and model (MODEL_LEVEL), never per pod: a rolling
+    # update replaces every pod, and a broken rollout's new pods must still be compared with
+    # their predecessors' history. Each is the best hour of the day (max_over_time of the hourly
+    # rates, recorded here every few minutes): a fault only lowers hours, so the reference stays
+    # healthy for as long as a healthy hour is within the day.
+    hw, ml, mlabels = o.hourly_window, MODEL_LEVEL, dict(lv)[MODEL_LEVEL]
+    # Each server's k as a label, so that the reference is kept per k: AL moves with k, and a k
+    # change starts a new history instead of blinding the comparison for a day. A server whose k
+    # changed within the hour adds nothing to that hour.
+    k_label = name(K_SERVER, "num_speculative_tokens", "count_values")
+    record(slow, k_label, f'count_values by ({by(labels)}) ("{K_LABEL}", {k})')
+    # Only full hours count (k recorded at nine tenths of this group's evaluations over the hour:
+    # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
+    rng = o.range(hw)
+    full = int(0.9 * c.parse_duration(rng) / c.parse_duration(o.long_group_interval()))
+    young = f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
+    stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) ({young}))"
+    hourly = {
+        m_: f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, m_, f'rate{hw}')} * {stable})"
+        for m_ in ("accepted_tokens", "drafts")
+    }
+    at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
+    floor = o.thresholds["reference_min_drafts_per_second"]
+    record(slow, at_k, f"1 + {hourly['accepted_tokens']}\n  / ({hourly['drafts']} >= {floor})")
+    record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
+    # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
+    # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
+    # conditional acceptance of position 1 do not depend on k.
+    record(slow, name(ml, "drafts", f"max_over_time{DAY}"), f"max_over_time({name(ml, 'drafts', f'rate{hw}')}[{o.day_range}])")
+    p0 = name(ml, "position_acceptance_ratio", f"ratio_rate{hw}")
+    record(
+        slow, name(ml, "position_acceptance_ratio", f"max_over_time{DAY}"), f'max_over_time({p0}{{position="0"}}[{o.day_range}])'
+    )
+    # Position 1's conditional over the servers that draft a position 1 only: a k=1 server beside
+    # k>=2 ones adds position-0 acceptances with no position 1, which would dilute the ratio.
+    pos = name(SERVER, "position_accepted_tokens", f"rate{hw}")
+    chain = name(ml, "position1_conditional_acceptance_ratio", f"ratio_rate{hw}")
+    record(
+        slow,
+        chain,
+        f'sum by ({by(mlabels)}) ({pos}{{position="1"}})\n  / (sum by ({by(mlabels)}) ({pos}{{position="0"}} '
+        f'and on({by(labels)}) {pos}{{position="1"}}) > 0)',
+    )
+    record(
+        slow, name(ml, "position1_conditional_acceptance_ratio", f"max_over_time{DAY}"), f"max_over_time({chain}[{o.day_range}])"
+    )
+    if src is DIRECT:
+        # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
+        w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
+        for metric, suffix, edge in (
+            ("requests_finished", "_count", ""),
+            ("requests_acceptance_le_low", "_bucket", f"{c.REQUEST_ACCEPTANCE_LOW:g}"),
+            ("requests_acceptance_le_high", "_bucket", f"{c.REQUEST_ACCEPTANCE_HIGH:g}"),
+        ):
+            bsel = selector_of(o, f'le="{edge}"') if edge else sel
+            # Both names vLLM may use (config.VLLM_V1_REQUEST_ACCEPTANCE_NAMES); the first wins when both are there.
+            either = " or ".join(f"rate({n}{suffix}{bsel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
+            record(slow, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({either})")
+    return fast, slow
+
+
+def _conditional(level: str, w: str) -> str:
+    """per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts: relabel i-1 as i so the two sides
+    match, one clause per position (one rule, so the record name is not duplicated)."""
+    pos, drafts = name(level, "position_accepted_tokens", f"rate{w}"), name(level, "drafts", f"rate{w}")
+    clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
+    clauses += [
+        f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, "position", "{i}", "position", ".*")'
+        for i in range(1, c.MAX_SPECULATIVE_TOKENS)
+    ]
+    return "\n  or ".join(clauses)
+
+
+def _count_distribution(level: str, w: str) -> str:
+    """The acceptance-count distribution: drafts that accepted exactly j tokens, as a share,
+    = survival[j-1] - survival[j] (survival[-1] = 1, survival[k] = 0: a missing position counts
+    as 0). The position label goes, `accepted` = j comes."""
+    surv = name(level, "position_acceptance_ratio", f"ratio_rate{w}")
+    clauses = [f'1 - {surv}{{position="0"}}']
+    clauses += [
+        f'{surv}{{position="{j - 1}"}} - ignoring(position) ({surv}{{position="{j}"}} '
+        f'or ignoring(position) 0 * {surv}{{position="{j - 1}"}})'
+        for j in range(1, c.MAX_SPECULATIVE_TOKENS + 1)
+    ]
+    clauses = [
+        f'label_replace(label_replace({x}, "accepted", "{j}", "", ""), "position", "", "", "")' for j, x in enumerate(clauses)
+    ]
+    return "\n  or ".join(clauses)
+
+
+def prune_server_series(fast: list[Rule], slow: list[Rule], alerting: list[Rule]) -> tuple[list[Rule], list[Rule]]:
+    """Per server, only the rates and ratios a rule reads (docs/scale.md): each costs a read or a
+    join per server every evaluation, and the dashboards read the namespace and model levels.
+    Repeated until nothing more goes: a dropped ratio may leave its rates unread."""
+
+    def kept(r: Rule, read: set[str]) -> bool:
+        level, _, op = r.get("record", "::").split(":")
+        return not (level == c.ALERT_LEVEL and op.startswith(("rate", "ratio_rate"))) or r["record"] in read
+
+    while True:
+        read = set().union(*(references(r["expr"]) for r in (*fast, *slow, *alerting)))
+        pruned = [r for r in fast if kept(r, read)], [r for r in slow if kept(r, read)]
+        if len(pruned[0]) + len(pruned[1]) == len(fast) + len(slow):
+            return pruned
+        fast, slow = pruned

@@ -1,0 +1,97 @@
+"""The text generated from the registry: the runbook's index of alerts, the Helm schema's alert
+names, and the figures docs/alerts.md's table (generators/pages.py) states, from the Options the
+rule expressions are built from.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ... import config as c
+from ...settings import default_profiles
+from .expressions import CHAIN_HEALTHY_FACTOR
+from .options import THRESHOLD_MEANINGS, Options, default_thresholds
+from .registry import ALERT_NAMES, ALERTS
+
+INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules.py ALERTS by make generate; do not edit -->"
+INDEX_END = "<!-- END alert index -->"
+
+
+def runbook_index() -> str:
+    """The runbook's index of alerts, from the registry: each alert, its severity, `for` and thresholds."""
+    t = default_thresholds()
+    rows = ["| Alert | Severity | For | Variants | Thresholds (default) |", "|---|---|---|---|---|"]
+    for a in ALERTS:
+        th = "; ".join(f"`{k}` = {t[k]}: {THRESHOLD_MEANINGS[k]}" for k in a.thresholds) or "-"
+        variants = "sidecar" if a.sidecar_only else "sidecar, vllm-direct"
+        rows.append(f"| [{a.name}](#{a.name.lower()}) | {a.severity} | {a.for_} | {variants} | {th} |")
+    return "\n".join([INDEX_BEGIN, *rows, INDEX_END])
+
+
+def with_runbook_index(text: str) -> str:
+    """The runbook with its generated block replaced (or added before the first alert's section)."""
+    if INDEX_BEGIN in text:
+        head, rest = text.split(INDEX_BEGIN, 1)
+        return head + runbook_index() + rest.split(INDEX_END, 1)[1]
+    head, sep, rest = text.partition(f"\n## {ALERTS[0].name}\n")
+    return head + "\n" + runbook_index() + "\n" + sep + rest
+
+
+def with_schema_alerts(text: str) -> str:
+    """values.schema.json with prometheusRule.alerts' property names from the registry."""
+    schema = json.loads(text)
+    alerts = schema["properties"]["prometheusRule"]["properties"]["alerts"]
+    per_alert = next(iter(alerts["properties"].values()))
+    alerts["properties"] = {a: per_alert for a in ALERT_NAMES}
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def _percent(value: float | str) -> str:
+    return f"{float(value) * 100:g} %"
+
+
+def alert_figures(o: Options, alert: str) -> dict[str, str]:
+    """The figures docs/alerts.md's table states of ``alert`` (the {NAME}s of generators/pages.py
+    ALERT_NOTES), from what its rule is built from: ``o``'s thresholds (each by its key), windows and
+    `for`s, config's fixed figures, and what follows from them (the shipped profiles' floors by the
+    formulas config.py defines for the sidecar and the rules). A changed threshold changes the table."""
+    t = o.thresholds
+    profiles = {p.name: p for p in (o.profiles or default_profiles())}
+
+    def degraded_floor(profile: str) -> str:
+        return f"{c.degraded_floor(float(t['degraded_fraction']), profiles[profile].mean_acceptance_length):.2f}"
+
+    def position0_floor(profile: str) -> str:
+        p = profiles[profile]
+        share = c.position0_share(float(t["degraded_fraction"]), p.mean_acceptance_length, float(p.k))
+        return f"{min(float(t['position0_floor']), share):.3f}"
+
+    fast = c.ALERT_FAST_COLLAPSE_RANGE
+    return {
+        **t,
+        "for": o.fors[alert],
+        "window": o.detection_window,
+        "trend_window": o.trend_window,
+        "hourly_window": o.hourly_window,
+        "day_range": o.day_range,
+        "request_extremes_window": o.request_extremes_window,
+        "fast_collapse_range": fast,
+        "collapse_al": f"{1 + float(t['collapse_margin']):g}",
+        "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * c.parse_duration(o.range(fast)):,.0f}",
+        "chain_healthy": f"{CHAIN_HEALTHY_FACTOR * float(t['chain_conditional_floor']):g}",
+        "drop_percent": _percent(t["drop_fraction"]),
+        "wasted_percent": _percent(t["wasted_position_ratio"]),
+        "suspicious_percent": _percent(t["suspicious_acceptance_ratio"]),
+        "unreachable_after": c.TARGET_UNREACHABLE_AFTER,
+        "inconsistent_window": c.TARGET_INCONSISTENT_WINDOW,
+        "inconsistent_percent": _percent(c.TARGET_INCONSISTENT_SHARE),
+        "request_percent": _percent(c.ALERT_REQUEST_EXTREMES_SHARE),
+        "request_min": f"{c.ALERT_REQUEST_EXTREMES_MIN_REQUESTS}",
+        "request_low": f"{c.REQUEST_ACCEPTANCE_LOW:g}",
+        "request_high": f"{c.REQUEST_ACCEPTANCE_HIGH:g}",
+        "request_low_percent": _percent(c.REQUEST_ACCEPTANCE_LOW),
+        "request_high_percent": _percent(c.REQUEST_ACCEPTANCE_HIGH),
+        "v4_flash_k2_degraded_floor": degraded_floor("deepseek-v4-flash-mtp-k2"),
+        "v4_flash_k7_position0_floor": position0_floor("deepseek-v4-flash-mtp-k7"),
+        "v4_pro_k3_degraded_floor": degraded_floor("deepseek-v4-pro-mtp-k3"),
+    }

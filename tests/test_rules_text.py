@@ -1,0 +1,69 @@
+"""The text generated from the alert registry (generators/rules/text.py): the runbook's index, the Helm
+schema's alert names, and the figures of docs/alerts.md's table (generators/pages.py), which come from
+the Options the rule expressions are built from (issue 32 item 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from conftest import REPO
+from vllm_specdec_exporter.generators import pages, rules
+
+
+def test_the_runbook_index_lists_every_alert_with_its_registry_severity_and_for():
+    text = (REPO / "alerts" / "runbook.md").read_text()
+    block = text.split(rules.INDEX_BEGIN)[1].split(rules.INDEX_END)[0]
+    rows = [r.split(" | ") for r in block.strip().splitlines()[2:]]
+    assert [(re.search(r"\[(\w+)\]", r[0]).group(1), r[1], r[2]) for r in rows] == \
+        [(a.name, a.severity, a.for_) for a in rules.ALERTS]
+    # A registry change the committed runbook does not have is drift (make generate fixes it).
+    assert rules.with_runbook_index(text) == text
+    assert rules.with_runbook_index(text.replace("| critical |", "| warning |", 1)) == text
+
+
+def test_the_helm_schema_takes_exactly_the_registry_alerts():
+    import json
+
+    schema = json.loads((REPO / "helm" / "vllm-specdec-exporter" / "values.schema.json").read_text())
+    alerts = schema["properties"]["prometheusRule"]["properties"]["alerts"]
+    assert list(alerts["properties"]) == list(rules.ALERT_NAMES)
+    assert alerts["additionalProperties"] is False
+
+
+def row(table: str, alert: str) -> str:
+    return next(r for r in table.splitlines() if f"[`{alert}`]" in r)
+
+
+def alert_exprs(o: rules.Options) -> dict[str, str]:
+    return {r["alert"]: r["expr"] for g in rules.rule_file("sidecar", o)["groups"] for r in g["rules"] if "alert" in r}
+
+
+def test_the_alert_table_states_the_thresholds_the_rules_are_built_from():
+    """A threshold changed in the Options changes the table as it changes the rule: no figure of the
+    table is written by hand beside the one the expression reads."""
+    o = rules.default_options()
+    changed = dataclasses.replace(o, day_range="2d", thresholds={
+        **o.thresholds, "chain_conditional_floor": "0.2", "collapse_margin": "0.2", "degraded_fraction": "0.5"})
+    before, after = pages.alerts_table(o), pages.alerts_table(changed)
+    chain, collapsed = "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeAcceptanceCollapsed"
+    below, position0 = "VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeFirstPositionAcceptanceLow"
+    assert "`chain_conditional_floor` (0.3)" in row(before, chain)
+    assert "the model's was at 0.6 or more within 1d" in row(before, chain)
+    assert "`chain_conditional_floor` (0.2)" in row(after, chain)
+    assert "the model's was at 0.4 or more within 2d" in row(after, chain)
+    assert "< 1 + `collapse_margin` (1.1)" in row(before, collapsed) and "0.1: every broken-collapse" in row(before, collapsed)
+    assert "< 1 + `collapse_margin` (1.2)" in row(after, collapsed) and "0.2: every broken-collapse" in row(after, collapsed)
+    assert "`degraded_fraction` (0.5)" in row(after, below) and "(V4-Flash k=7: 0.071)" in row(after, position0)
+    # The rules read the same figures.
+    exprs = alert_exprs(changed)
+    assert "< 0.2\n" in exprs[chain] and ">= 2 * 0.2)" in exprs[chain]
+    assert "< 1 + 0.2\n" in exprs[collapsed] and "1 + 0.5 * (" in exprs[below]
+    # And the shipped table is the committed one (test_docs.py checks the whole block).
+    assert before in (REPO / "docs" / "alerts.md").read_text()
+
+
+def test_every_figure_of_the_alert_notes_is_one_the_rules_are_built_from():
+    names = {n for notes in pages.ALERT_NOTES.values() for text in notes for n in re.findall(r"\{(\w+)\}", text)}
+    figures = rules.alert_figures(rules.default_options(), rules.ALERT_NAMES[0])
+    assert names and names <= set(figures), names - set(figures)
