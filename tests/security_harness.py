@@ -19,7 +19,7 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from conftest import cli_path, require
+from conftest import cli_path, require, run_cli
 from prom_harness import listening_port, wait_for
 
 
@@ -245,3 +245,26 @@ def log_events(logs: str, event: str) -> list[dict]:
         if isinstance(record, dict) and record.get("event") == event:
             out.append(record)
     return out
+
+
+# --- The web config tests' shared pieces ----------------------------------------------------
+
+def serve_refuses(path, timeout: float = 20) -> str:
+    """`serve` with the web config ``path`` must exit 2 (not hang, not serve); its stderr."""
+    try:
+        proc = run_cli("serve", "--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "127.0.0.1:0",
+                       "--web.config.file", str(path), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"serve did not refuse {path} within {timeout:g} s") from None
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1, err  # one line, never a traceback
+    return err
+
+
+def laughs(levels: int, width: int = 9) -> str:
+    """A billion-laughs web config: ``width ** levels`` strings from a few hundred bytes,
+    in a header value, which the code before this fix turned into one string."""
+    anchors = ["&l0 [" + ", ".join(["lol"] * width) + "]"]
+    anchors += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]" for i in range(1, levels)]
+    return "http_server_config:\n  headers:\n    Content-Security-Policy: [" + ", ".join(anchors) + "]\n"

@@ -202,7 +202,7 @@ def test_guarded_site_serves_through_aiohttp_and_stops(server_cert, tls):
     request served by the handler built through _runner.server (under asyncio's
     SSLProtocol for https), and the listening socket closed by BaseSite.stop via _server."""
     from vllm_specdec_exporter.server import GuardedSite
-    from vllm_specdec_exporter.webconfig import WebConfig
+    from vllm_specdec_exporter.webconfig.load import WebConfig
 
     server_ctx = None
     if tls:

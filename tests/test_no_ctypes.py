@@ -1,7 +1,8 @@
 """No reaching into other programs' memory: the package never loads ctypes (or cffi, or
 CPython's private _ssl) to write into OpenSSL's or CPython's structures. webconfig.py
-once set an SSL_CTX's verify callback through ctypes at an offset read from CPython's
-object layout; with a shifted layout that segfaults before any check can refuse."""
+(now webconfig/tls.py) once set an SSL_CTX's verify callback through ctypes at an offset
+read from CPython's object layout; with a shifted layout that segfaults before any check
+can refuse."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_ctypes_is_never_loaded_by_importing_everything_and_building_every_tls_s
         for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
             if not m.name.endswith("__main__"):
                 importlib.import_module(m.name)
-        from vllm_specdec_exporter.webconfig import load_web_config
+        from vllm_specdec_exporter.webconfig.load import load_web_config
         for mode in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
             path = {str(tmp_path / "web.yaml")!r}
             tls = {{"cert_file": {str(pki / "server.crt")!r}, "key_file": {str(pki / "server.key")!r},

@@ -232,7 +232,7 @@ def test_unverified_client_auth_modes_are_refused_at_start_in_one_line(tmp_path,
 
 @pytest.mark.parametrize("mode", REFUSED_CLIENT_AUTH)
 def test_a_reload_to_an_unverified_client_auth_mode_keeps_the_last_good_config(tmp_path, pki, mode):
-    from vllm_specdec_exporter.webconfig import LiveWebConfig
+    from vllm_specdec_exporter.webconfig.reload import LiveWebConfig
 
     good = {"client_auth_type": "VerifyClientCertIfGiven", "client_ca_file": str(pki / "ca.crt")}
     path = write_web_config(tmp_path / "web.yaml", pki, tls_server_config=good)

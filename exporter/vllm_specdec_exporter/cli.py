@@ -244,7 +244,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(vars(args))
         web_config = None
         if settings.web_config_file:
-            from .webconfig import LiveWebConfig
+            from .webconfig.reload import LiveWebConfig
 
             web_config = LiveWebConfig(settings.web_config_file)
     except ConfigError as e:

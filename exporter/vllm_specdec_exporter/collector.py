@@ -32,7 +32,7 @@ from .settings import Settings
 from .views import POLL_DURATION_BUCKETS, TargetView
 
 if TYPE_CHECKING:
-    from .webconfig import LiveWebConfig
+    from .webconfig.reload import LiveWebConfig
 
 
 # Every family from the one registry (metrics.py): its name, help and labels are written there only.

@@ -34,7 +34,7 @@ from aiohttp import web
 from . import config
 
 if TYPE_CHECKING:  # a type only: the listening socket needs no YAML, bcrypt or config loading
-    from .webconfig import WebConfig
+    from .webconfig.load import WebConfig
 
 log = structlog.get_logger("vllm_specdec_exporter")
 

@@ -33,7 +33,9 @@ from .server import GuardedSite, Limits, open_file_limit
 from .settings import Settings
 from .summary import summarize
 from .views import ModelView, ModelWindow, Seen, TargetView, window_verdict
-from .webconfig import Authenticator, LiveWebConfig, auth_middleware
+from .webconfig.auth import Authenticator
+from .webconfig.middleware import auth_middleware
+from .webconfig.reload import LiveWebConfig
 
 # Above the default 128: a burst of scrapes (many Prometheus replicas, a load
 # test) must not overflow the accept queue into 1 s SYN retransmits.

@@ -1,4 +1,5 @@
-"""client_allowed_sans matches IP SANs by address, IPv6 included (issue 19 item 9).
+"""webconfig/tls.py: client_allowed_sans matches IP SANs by address, IPv6 included
+(issue 19 item 9).
 
 Python's ssl shows an IPv6 SAN as '2001:DB8:0:0:0:0:0:5' (upper case, nothing
 compressed), so an allowed '2001:db8::5' never matched a certificate that carried it.

@@ -1,4 +1,5 @@
-"""rate_limit cannot be used to starve real scrapes (issue 19 item 6).
+"""rate_limit cannot be used to starve real scrapes (issue 19 item 6): webconfig/limits.py's
+buckets per client address, taken by webconfig/middleware.py per kind of request.
 
 exporter-toolkit's rate_limit is one token bucket for every request, taken before
 auth: a client with no password at 18 req/s got 14 of 20 real scrapes refused. Here

@@ -1,0 +1,81 @@
+"""Hostile or careless web config values (webconfig/load.py; issue 19 item 9): header
+values that are not one line of printable ASCII, YAML that expands. Refused with one
+line naming what is wrong, at start-up (exit 2) and on reload (the last good config
+goes on serving, /healthz included).
+
+The real `serve` command and real files."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+from security_harness import get_full, laughs, log_events, serve_refuses, start_exporter, write_web_config
+
+BAD_HEADER_VALUES = {
+    "CRLF": "default-src 'self'\r\nX-Injected: 1",
+    "LF": "default-src 'self'\nX-Injected: 1",
+    "NUL": "default-src 'self'\0",
+}
+
+
+@pytest.mark.parametrize("kind", BAD_HEADER_VALUES)
+def test_a_header_value_with_cr_lf_or_nul_is_refused_at_start(tmp_path, kind):
+    path = tmp_path / "web.yaml"
+    path.write_text(yaml.safe_dump({"http_server_config": {"headers": {
+        "Content-Security-Policy": BAD_HEADER_VALUES[kind]}}}))
+    err = serve_refuses(path)
+    assert "config: http_server_config.headers.Content-Security-Policy: " in err, err
+    assert "control character" in err and "X-Injected" not in err, err
+
+
+def test_a_header_value_with_crlf_on_reload_keeps_every_response_working(tmp_path):
+    cfg = write_web_config(tmp_path / "web.yaml", http_server_config={"headers": {"Content-Security-Policy":
+                                                                                  "default-src 'self'"}})
+    server, port = start_exporter("--web.config.file", str(cfg))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        write_web_config(cfg, http_server_config={"headers": {"Content-Security-Policy": BAD_HEADER_VALUES["CRLF"]}})
+        for _ in range(15):  # 3 s: the config is looked at once a second, on requests
+            for path in ("/healthz", "/metrics"):
+                status, headers, _ = get_full(base + path, timeout=5)
+                assert status == 200 and headers.get("Content-Security-Policy") == "default-src 'self'", \
+                    (path, status, headers)
+                assert "X-Injected" not in headers
+            time.sleep(0.2)
+    finally:
+        logs = server.stop()
+    failed = log_events(logs, "web_config_reload_failed")
+    assert len(failed) == 1 and "http_server_config.headers.Content-Security-Policy" in failed[0]["error"], logs
+
+
+def test_a_non_string_header_value_is_refused(tmp_path):
+    path = tmp_path / "web.yaml"
+    path.write_text(yaml.safe_dump({"http_server_config": {"headers": {"Strict-Transport-Security": {"a": 1}}}}))
+    assert "config: http_server_config.headers.Strict-Transport-Security: expected a string" in serve_refuses(path)
+
+
+# --- YAML bombs: bounded before they are parsed (the file's size: test_webconfig_files.py) ---
+
+def test_a_yaml_bomb_is_refused_at_start_in_one_short_line(tmp_path):
+    path = tmp_path / "web.yaml"
+    path.write_text(laughs(6))  # 531,441 strings (kept small: the code before this fix expanded them)
+    assert len(path.read_bytes()) < 500
+    err = serve_refuses(path)
+    assert f"config: --web.config.file: cannot read {path}: aliases (*name) are refused" in err, err[:300]
+    assert len(err) < 400, err[:300]
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested deeper than 32 levels"),
+    ("base: &b {x: 1}\nother:\n  <<: *b\n", "aliases (*name) are refused"),
+])
+def test_other_expanding_yaml_is_refused(tmp_path, content, expected):
+    from vllm_specdec_exporter.settings import ConfigError
+    from vllm_specdec_exporter.webconfig.load import load_web_config
+    path = tmp_path / "web.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=None) as refused:
+        load_web_config(str(path))
+    assert expected in str(refused.value), refused.value
