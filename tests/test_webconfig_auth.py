@@ -61,9 +61,16 @@ def flood(port: int, stop: threading.Event, counter: list[int], user: str = "pro
 
 
 @pytest.mark.xdist_group("latency")  # timing assertions: never beside another latency test
+def timed(call) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
 def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
     """16 clients sending wrong passwords as fast as they are answered: /healthz stays
-    under 100 ms at p99 and vLLM is still polled every second."""
+    under 100 ms at p99 (or one bcrypt's time, measured meanwhile, on a busier machine) and
+    vLLM is still polled every second."""
     hits: list[float] = []
     dump = render_dump({"drafts": 100, "draft_tokens": 200, "accepted": 150, "per_pos": [90, 60]})
 
@@ -87,6 +94,10 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
                 time.sleep(0.01)  # a few hundred probes: a p99 that is not just the worst one
             polls = [h for h in hits if started <= h <= time.monotonic()]
             scrape = timed_get(f"http://127.0.0.1:{port}/metrics", auth=("prometheus", PASSWORD), timeout=30)
+            # One bcrypt at the same cost, timed here while the flood runs: a probe that queued
+            # behind even one (the fault this test is for) takes at least that long.
+            hashed = bcrypt_hash(PASSWORD, 10).encode()
+            one_bcrypt = min(timed(lambda: bcrypt.checkpw(b"wrong", hashed)) for _ in range(3))
         finally:
             stop.set()
             for t in attackers:
@@ -102,7 +113,8 @@ def test_a_wrong_password_flood_does_not_stall_probes_or_polls(tmp_path):
           f"a scrape with the right (cached) password {1000 * scrape:.0f} ms")
     # the flood really ran (bcrypt ~0.1-0.2 s each, one at a time): 2.5 a second at least
     assert answered[0] >= 2.5 * FLOOD_SECONDS
-    assert p99 < 0.100, f"/healthz p99 {p99 * 1000:.0f} ms under the flood"
+    # 100 ms, or one bcrypt's time where a busy machine makes that longer (148 ms was seen at load 7-9).
+    assert p99 < max(0.100, one_bcrypt), f"/healthz p99 {p99 * 1000:.0f} ms under the flood (one bcrypt: {one_bcrypt * 1000:.0f} ms)"
     # polled every second: at most one poll short of the flood's length (a window edge)
     assert len(polls) >= FLOOD_SECONDS - 1 and max(gaps) < 1.5, f"polls during the flood: {gaps}"
     assert scrape < 1.0  # the right password is cached: it does not queue behind the flood's bcrypt
@@ -219,7 +231,7 @@ def test_the_right_password_does_not_wait_behind_300_wrong_ones(tmp_path):
     server, port = start_exporter("--web.config.file", str(cfg))
     url = f"http://127.0.0.1:{port}/metrics"
 
-    async def go() -> tuple[float, int, Counter, float]:
+    async def go() -> tuple[float, int, Counter, float, float]:
         attacker = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), limit=0, force_close=True)
         timeout = aiohttp.ClientTimeout(total=120)
         async with aiohttp.ClientSession(connector=attacker, timeout=timeout) as bad, \
@@ -243,18 +255,23 @@ def test_the_right_password_does_not_wait_behind_300_wrong_ones(tmp_path):
                 status = r.status
                 await r.read()
             waited = time.monotonic() - started
+            # One bcrypt at the same cost, while the flood still runs: the unit of waiting.
+            hashed = bcrypt_hash(PASSWORD, 10).encode()
+            bcrypt_seconds = min(timed(lambda: bcrypt.checkpw(b"wrong", hashed)) for _ in range(3))
             done.set()
             await asyncio.gather(*flood)
-            return waited, status, statuses, time.monotonic() - flood_started
+            return waited, status, statuses, time.monotonic() - flood_started, bcrypt_seconds
 
     try:
-        waited, status, statuses, flood_seconds = asyncio.run(go())
+        waited, status, statuses, flood_seconds, one_bcrypt = asyncio.run(go())
     finally:
         logs = server.stop()
     print(f"\n{WRONG} wrong passwords kept in flight from 127.0.0.2 (bcrypt cost 10): answered {dict(statuses)} "
           f"in {flood_seconds:.1f} s; the right password from 127.0.0.1 answered {status} in {1000 * waited:.0f} ms")
     assert status == 200
-    assert waited < 5.0, f"the right password waited {waited:.1f} s"  # before: 33.5 s
+    # 5 s, or 20 bcrypts where a busy machine makes those longer (5.6 s was seen at load 11-22); queued
+    # behind the 300 wrong ones it waited 33.5 s (about 300 bcrypts).
+    assert waited < max(5.0, 20 * one_bcrypt), f"the right password waited {waited:.1f} s (one bcrypt: {one_bcrypt:.2f} s)"
     assert set(statuses) <= {401, 429}, statuses
     # The bound: a few bcrypt checks at a time (one worker), every other request refused at once.
     assert statuses[429] >= WRONG and statuses[401] <= 20 * flood_seconds, statuses
