@@ -79,12 +79,20 @@ def test_healthz_answers_fast_while_the_biggest_payload_is_parsed():
             assert vllm.requests >= 2, "the exporter stopped polling"
             assert polls_done(port) >= 1  # a whole parse, not a timeout
             status, metrics = get(port, "/metrics", timeout=5)
+            # The first poll's fetch and parse, as the exporter timed it: a probe that waited for the
+            # parse (the fault this test is for) would take about that long.
+            timed = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.decode().splitlines()
+                     if line.startswith(("vllm_specdec_exporter_poll_duration_seconds_sum{",
+                                         "vllm_specdec_exporter_poll_duration_seconds_count{"))}
+            poll = timed["vllm_specdec_exporter_poll_duration_seconds_sum"] / timed["vllm_specdec_exporter_poll_duration_seconds_count"]
             assert status == 200 and len(metrics) < 2 * 1024 * 1024  # 60,000 engines: 512 held
             latencies.sort()
             p99 = latencies[int(0.99 * (len(latencies) - 1))]
             print(f"healthz under a {len(body) / 1e6:.1f} MB payload: {len(latencies)} requests, "
-                  f"p99 {p99 * 1000:.1f} ms, worst {latencies[-1] * 1000:.1f} ms, /metrics {len(metrics)} bytes")
-            assert p99 < 0.1, latencies[-20:]
+                  f"p99 {p99 * 1000:.1f} ms, worst {latencies[-1] * 1000:.1f} ms, /metrics {len(metrics)} bytes, "
+                  f"the poll {poll:.1f} s")
+            # 100 ms, or a tenth of the poll where a busy machine makes the poll longer (idle: 0.1 of ~3 s)
+            assert p99 < max(0.1, poll / 10), (poll, latencies[-20:])
             # SIGTERM mid-parse (the second poll's) ends the process promptly, cleanly
             proc.send_signal(signal.SIGTERM)
             started = time.monotonic()
