@@ -96,3 +96,43 @@ def test_the_readme_links_every_docs_page():
     readme = (REPO / "README.md").read_text()
     missing = [name for name in tracked.stdout.split() if name.endswith(".md") and f"({name})" not in readme]
     assert missing == []
+
+
+# Files whose comments point a reader at a page: a path to a Markdown file, with an anchor.
+POINTERS = (REPO / "examples" / "config.yaml", REPO / "helm" / "vllm-specdec-exporter" / "values.yaml",
+            REPO / "Makefile", REPO / "Dockerfile")
+POINTER = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
+
+
+@pytest.mark.parametrize("path", POINTERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_page_a_config_comment_points_at_exists(path):
+    text = path.read_text()
+    assert not re.search(r"\(README: ", text), f"{path.name}: name the page and its anchor, e.g. docs/x.md#section"
+    broken = []
+    for file, anchor in POINTER.findall(text):
+        dest = next((d for d in (path.parent / file, REPO / file) if d.exists()), None)
+        if dest is None:
+            broken.append(f"{file}: no such file")
+        elif anchor and anchor not in anchors(dest):
+            broken.append(f"{file}#{anchor}: no such heading")
+    assert broken == []
+
+
+# vLLM's own files that docs/e2e-vllm.md names (the fixes it applies): not this repository's.
+VLLM_FILES = {"cpu/mtp.py", "cpu_mla.py"}
+
+
+def test_every_python_file_a_page_names_exists():
+    import os
+    paths = []
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "__pycache__")]
+        paths += [str((Path(root) / f).relative_to(REPO)) for f in files if f.endswith(".py")]
+    missing = {}
+    for path in DOCS:
+        text = path.read_text()
+        named = set(re.findall(r"(?<![\w/.-])((?:[\w-]+/)*\w+\.py)\b", text)) - VLLM_FILES
+        gone = sorted(m for m in named if not any(t == m or t.endswith("/" + m) for t in paths))
+        if gone:
+            missing[str(path.relative_to(REPO))] = gone
+    assert missing == {}

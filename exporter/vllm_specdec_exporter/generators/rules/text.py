@@ -13,7 +13,7 @@ from .expressions import CHAIN_HEALTHY_FACTOR
 from .options import THRESHOLD_MEANINGS, Options, default_thresholds
 from .registry import ALERT_NAMES, ALERTS
 
-INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules.py ALERTS by make generate; do not edit -->"
+INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules/registry.py ALERTS by make generate; do not edit -->"
 INDEX_END = "<!-- END alert index -->"
 
 
