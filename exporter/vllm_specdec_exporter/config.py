@@ -244,6 +244,11 @@ class Detection:
     # engines differ by noise (~5 %); a rank at the broken-head figures among seven
     # healthy ones has a gain of 0.036 against 1.41.
     engine_lag_fraction: float = 0.75
+    # What drafting one token adds to a decode step, as a share of a plain step (the draft pass
+    # and verifying one more token): below AL = 1 + draft_step_cost x k, speculative decoding is
+    # slower than none (capacity.py). 0.05: DeepSeek-V3's MTP at k=1 (85-90 % acceptance, AL
+    # 1.85-1.90) decoded 1.8x as fast, so a step cost 1.03-1.06 plain steps; a draft model costs more.
+    draft_step_cost: float = 0.05
     # Drafts a window needs before it is judged or gets ratio gauges (the YAML config's
     # top-level `min_drafts`, not a `health:` key).
     min_drafts: int = DEFAULT_MIN_DRAFTS

@@ -83,6 +83,7 @@ THRESHOLD_MEANINGS = {
     "position0_floor": "position 0 accepted in fewer than this share of drafts",
     "degraded_fraction": "speculative gain below this fraction of the baseline profile's",
     "engine_lag_fraction": "an engine's gain below this fraction of its server's",
+    "draft_step_cost": "what one draft token adds to a decode step: below AL 1 + this x k, drafting costs more than it returns",
     "min_drafts_per_second": "traffic floor: drafts/s below which nothing is judged",
     "drop_fraction": "gain over 5m more than this fraction below the model's best hour of the day at the same k",
     "chain_conditional_floor": "position 1 accepted in fewer than this share of the drafts whose position 0 was",
