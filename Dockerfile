@@ -6,19 +6,23 @@
 ARG BASE=python:3.11.16-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
 FROM ${BASE} AS build
 WORKDIR /src
-COPY requirements.lock pyproject.toml README.md ./
-COPY exporter ./exporter
 # Runtime dependencies from the hash-pinned lock (no test tooling), then the
-# package itself without re-resolving them.
-RUN pip download --no-cache-dir --require-hashes --dest /wheels -r requirements.lock \
-    && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# package itself without re-resolving them. The lock's steps come first in both
+# stages, so that a change to the code alone reuses their layers.
+COPY requirements.lock ./
+RUN pip download --no-cache-dir --require-hashes --dest /wheels -r requirements.lock
+COPY pyproject.toml README.md ./
+COPY exporter ./exporter
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /package .
 
 FROM ${BASE}
 COPY --from=build /wheels /wheels
 COPY requirements.lock /tmp/requirements.lock
 RUN pip install --no-cache-dir --no-index --find-links=/wheels --require-hashes -r /tmp/requirements.lock \
-    && pip install --no-cache-dir --no-index --no-deps --find-links=/wheels vllm-specdec-exporter \
     && rm -rf /wheels /tmp/requirements.lock
+COPY --from=build /package /package
+RUN pip install --no-cache-dir --no-index --no-deps --find-links=/package vllm-specdec-exporter \
+    && rm -rf /package
 # build_info's revision label: docker build --build-arg REVISION=$(git rev-parse --short=12 HEAD)
 ARG REVISION=unknown
 # Nothing is written at run time: no .pyc, no temp files, no home directory.
