@@ -191,7 +191,8 @@ def test_workload_shift_only_after_a_fall_was_seen():
     nothing earlier, the head is named first and no history is claimed; after a fall seen
     over the longest window (AL 1.99 there, no restart or k change) it is a workload shift."""
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter.health import Earlier, judge
+    from vllm_specdec_exporter.diagnosis import Earlier
+    from vllm_specdec_exporter.health import judge
     from vllm_specdec_exporter.model import Counters
 
     flash = profile("deepseek-ai/DeepSeek-V4-Flash", 2)
@@ -325,7 +326,7 @@ def test_the_real_mtp_heads_of_the_e2e_get_their_causes():
     0 at 42.7 %, position 1 at 2.4 % of those that reached it) names the weak head first and
     the chain shape beside it."""
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter.health import diagnose
+    from vllm_specdec_exporter.diagnosis import diagnose
     from vllm_specdec_exporter.model import Counters
 
     collapse = {"0": Counters(550, 1100, 16, (16, 0))}  # 0.0291 / 0
@@ -338,7 +339,7 @@ def test_a_rollout_into_a_partly_broken_head_names_the_restart_and_the_head():
     """Issue 20's e2e partial head, deployed as a restart: the configuration change and the
     weak head both fit, so both are named (and the chain shape beside them)."""
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter.health import diagnose
+    from vllm_specdec_exporter.diagnosis import diagnose
     from vllm_specdec_exporter.model import Counters
 
     partial = {"0": Counters(398, 796, 174, (170, 4))}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 from vllm_specdec_exporter import config
-from vllm_specdec_exporter.health import Earlier, judge, match_profile
+from vllm_specdec_exporter.diagnosis import Earlier
+from vllm_specdec_exporter.health import judge, match_profile
 from vllm_specdec_exporter.model import Counters
 from vllm_specdec_exporter.settings import default_profiles
 

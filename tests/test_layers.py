@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "exporter" / "vllm_specdec_exporter"
-DOMAIN = ("model", "derive", "health", "history")
+DOMAIN = ("model", "derive", "health", "diagnosis", "diagnosis_state", "history")
 # Domain modules may read constants (config) and each other, nothing that loads, fetches or serves.
 DOMAIN_ALLOWED = {"config", "parser", *DOMAIN}
 ADAPTER_MODULES = sorted(p.stem for p in (PACKAGE / "adapters").glob("*.py") if p.stem not in ("__init__", "common"))
@@ -36,6 +36,31 @@ def imports(path) -> set[str]:
 def test_domain_modules_import_no_configuration_loading_or_adapters(module):
     found = {m.split(".")[0] for m in imports(PACKAGE / f"{module}.py")} - {"", "__version__"}
     assert found <= DOMAIN_ALLOWED, f"{module}.py imports {sorted(found - DOMAIN_ALLOWED)}"
+
+
+# The sidecar's side: what a poll publishes and serves. None of it reads the CLI's report modules
+# (summary.py is the JSON schema the CLI and /api/v1/summary share; only web.py builds it).
+SIDECAR = ("views", "poller", "collector")
+CLI_REPORT = {"cli", "render", "summary"}
+
+
+@pytest.mark.parametrize("module", ["diagnosis", "diagnosis_state"])
+def test_the_diagnosis_imports_no_poller_web_or_cli(module):
+    found = {m.split(".")[0] for m in imports(PACKAGE / f"{module}.py")}
+    assert not found & {"poller", "views", "web", "cli", "render", "summary"}, f"{module}.py imports {sorted(found)}"
+
+
+def test_the_verdict_imports_the_diagnosis_never_its_state():
+    # One way: health (the verdict) calls diagnosis (the causes); the state reads both.
+    assert "diagnosis" in imports(PACKAGE / "health.py")
+    assert "diagnosis_state" not in imports(PACKAGE / "health.py") | imports(PACKAGE / "diagnosis.py")
+    assert "health" not in imports(PACKAGE / "diagnosis.py")
+
+
+@pytest.mark.parametrize("module", SIDECAR)
+def test_the_sidecars_views_import_no_cli_report_module(module):
+    found = {m.split(".")[0] for m in imports(PACKAGE / f"{module}.py")}
+    assert not found & CLI_REPORT, f"{module}.py imports {sorted(found & CLI_REPORT)}"
 
 
 def test_nothing_outside_the_adapters_imports_one_producers_adapter():

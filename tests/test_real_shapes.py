@@ -22,7 +22,8 @@ import pytest
 from conftest import run_cli
 from test_restart_causes import T0, Sidecar, dump
 from vllm_specdec_exporter import config
-from vllm_specdec_exporter.health import Earlier, judge, match_profile
+from vllm_specdec_exporter.diagnosis import Earlier
+from vllm_specdec_exporter.health import judge, match_profile
 from vllm_specdec_exporter.model import Counters
 from vllm_specdec_exporter.settings import default_profiles
 

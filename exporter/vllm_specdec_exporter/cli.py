@@ -14,7 +14,8 @@ from typing import Any
 from . import __version__, config
 from .adapters import PRODUCERS, extract
 from .derive import delta_engines, sum_counters
-from .health import Earlier, Verdict, judge, match_profile
+from .diagnosis import Earlier
+from .health import Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text

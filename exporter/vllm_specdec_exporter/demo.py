@@ -21,17 +21,17 @@ from aiohttp import web
 
 from . import config, metrics
 from .errors import ConfigError
+from .model import engine_order
 from .parser import Sample, parse
 from .render import _safe, bar
 from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
-from .summary import engine_order
 from .web import create_app, start_site
 
 # In scenario seconds. A short health window, so the view names a broken engine within
 # seconds of the break (engine 5 at 40 s: falling at once, degraded after ~7 s, collapsed
 # after ~20 s); the next window is what a fall is seen against; the longest is the
-# sidecar's "earlier" (health.Earlier).
+# sidecar's "earlier" (diagnosis.Earlier).
 SCENARIO_WINDOWS = (20.0, 60.0, 300.0)
 POLL_SECONDS = 1.0
 REFRESH_SECONDS = 2.0

@@ -82,16 +82,6 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
     return CONSISTENT
 
 
-def _restarted(before: Counters, after: Counters) -> bool:
-    """By the spec-decode counters alone: generation tokens or the histogram going down
-    (a cut scrape, other buckets) leave that series undefined, never restart the engine."""
-    if before.k != after.k:  # k only changes across a restart
-        return True
-    pairs = [(before.drafts, after.drafts), (before.draft_tokens, after.draft_tokens), (before.accepted, after.accepted)]
-    pairs += list(zip(before.per_position, after.per_position, strict=True))
-    return any(a < b for b, a in pairs)
-
-
 def histogram_pairs(before: RequestHistogram | None, after: RequestHistogram | None) -> list[tuple[float, float]]:
     """(before, after) of each per-request histogram series, when both have the same buckets."""
     if before is None or after is None or before.edges != after.edges:
@@ -122,17 +112,26 @@ def sum_histograms(items: list[RequestHistogram | None]) -> RequestHistogram | N
 
 
 def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
-    """Counters accrued between two scrapes of one engine, and whether it restarted.
+    """Counters accrued between two readings of one engine, and whether it restarted.
 
-    A decrease in any of an engine's counters means the engine restarted (vLLM
-    resets them all together), so every delta is then the new value: taking
-    per-series differences would undercount a series that had climbed past its
-    old value since the restart. An engine absent before started in between.
+    The restart is ``classify``'s (the one reading of two samples): any reading of the pair
+    but CONSISTENT (counters gone down, k changed, a later start time) counts every delta
+    from the new value, since taking per-series differences would undercount a series that
+    had climbed past its old value since the restart. An engine absent before started in
+    between. (The history's running totals carry no start time and never go down but when
+    they start again, at a new k or an engine seen again: that is the restart they read.)
     """
-    if before is not None:
-        before = align_k(before, after)
-    if before is None or _restarted(before, after):
-        return after, before is not None
+    if before is None:
+        return after, False
+    if classify(before, after, math.inf) != CONSISTENT:
+        return after, True
+    return difference(before, after), False
+
+
+def difference(before: Counters, after: Counters) -> Counters:
+    """Counters accrued between two readings of one engine that ``classify`` reads as
+    CONSISTENT (per-series differences; ``before`` with k zero positions where it had none)."""
+    before = align_k(before, after)
     generation = None
     if (
         before.generation_tokens is not None
@@ -140,16 +139,13 @@ def delta(before: Counters | None, after: Counters) -> tuple[Counters, bool]:
         and after.generation_tokens >= before.generation_tokens
     ):
         generation = after.generation_tokens - before.generation_tokens
-    return (
-        Counters(
-            drafts=after.drafts - before.drafts,
-            draft_tokens=after.draft_tokens - before.draft_tokens,
-            accepted=after.accepted - before.accepted,
-            per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position, strict=True)),
-            generation_tokens=generation,
-            request_acceptance=_histogram_delta(before.request_acceptance, after.request_acceptance),
-        ),
-        False,
+    return Counters(
+        drafts=after.drafts - before.drafts,
+        draft_tokens=after.draft_tokens - before.draft_tokens,
+        accepted=after.accepted - before.accepted,
+        per_position=tuple(a - b for b, a in zip(before.per_position, after.per_position, strict=True)),
+        generation_tokens=generation,
+        request_acceptance=_histogram_delta(before.request_acceptance, after.request_acceptance),
     )
 
 
@@ -183,7 +179,7 @@ def delta_engines(
             continue
         verdict = classify(prev, now, math.inf if seconds is None else seconds)
         if verdict == CONSISTENT:
-            counters[key] = delta(prev, now)[0]
+            counters[key] = difference(prev, now)
         elif verdict in (RESTART, STARTED_AGAIN):
             counters[key] = now
             restarted.append(key)

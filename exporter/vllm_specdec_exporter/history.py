@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 
 from . import config
-from .derive import CONSISTENT, RESTART, STARTED_AGAIN, align_k, classify, delta, sum_counters
+from .derive import CONSISTENT, RESTART, STARTED_AGAIN, align_k, classify, delta, difference, sum_counters
 from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
@@ -241,13 +241,13 @@ class TargetHistory:
             if verdict == CONSISTENT:
                 if pending is not None and kind == RESTART:
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
-                self._add(e, key, delta(e.base, now)[0], increments)
+                self._add(e, key, difference(e.base, now), increments)
                 e.rebase(now, t)
             elif earlier is not None and classify(earlier, now, t - e.base_t) == CONSISTENT:
                 # A process counted before answers again: what it did since, and said (not a restart).
                 # Its generation tokens and histogram start from here (one poll's worth lost).
                 inconsistent.append((key, "a server seen before answers again (two servers behind one URL?)"))
-                self._add(e, key, delta(earlier, now)[0], increments)
+                self._add(e, key, difference(earlier, now), increments)
                 e.rebase(now, t)
                 for side, read in ((e.generation, _generation), (e.histogram, _histogram)):
                     if (values := read(now))[1] is not None:
@@ -293,7 +293,7 @@ class TargetHistory:
         increments[key] = inc
         # k only changes across a restart (or from a lazy producer's empty k=0); a
         # new running total makes the window difference treat it as one
-        # (derive.delta compares k).
+        # (derive.delta: classify reads a changed k as no interval).
         total = align_k(e.total, inc)
         if total.k != inc.k:
             TargetHistory._new_total(e, inc.k)

@@ -49,6 +49,18 @@ class Counters:
 SeriesKey = tuple[str, str]
 
 
+def engine_order(engine: str) -> tuple[int, int, str]:
+    """Numeric ranks in numeric order (2 before 10), any other string after.
+
+    Label values are arbitrary strings: only short ASCII digit strings are read as
+    numbers (str.isdigit() accepts '²', which int() refuses, and int() refuses
+    more than 4,300 digits).
+    """
+    if engine.isascii() and engine.isdigit() and len(engine) <= 18:
+        return (0, int(engine), "")
+    return (1, 0, engine)
+
+
 def series_name(key: SeriesKey) -> str:
     """How warnings name one engine's series: model_name="...",engine="..." (any producer)."""
     return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import aiohttp
@@ -20,6 +20,7 @@ import structlog
 
 from . import config, parse_pool
 from .derive import invariant_violations
+from .diagnosis_state import DiagnosisState, Seen
 from .health import NO_BASELINE, named_profile
 from .history import Observation, TargetHistory
 from .metrics import sample
@@ -28,7 +29,7 @@ from .parse_pool import Failure, Payload, Read, WorkerError
 from .parser import PayloadTooLarge
 from .settings import Settings, Target
 from .sources import MODELS_PATH, SourceError, credentials, fetch_metrics, models_url, read_served_models, redact_url, scrub
-from .views import POLL_DURATION_BUCKETS, ModelView, Seen, TargetView, history_windows, model_total, model_views
+from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows, model_views
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
@@ -70,12 +71,9 @@ class TargetPoller:
         self._warnings_suppressed = 0
         self._secrets = credentials(target.url)  # + the bearer token once read
         self._last_exception: str | None = None
-        # What changed per model (restarts, k), with when: a fall that coincides is a hint. Held
-        # for the day at most, with the model's health window just before the first of them.
-        self._changes: dict[str, dict[str, tuple[float, float]]] = {}  # model -> what -> (first, last) seen
-        self._before: dict[str, tuple[float, Counters | None]] = {}
-        self._k: dict[str, int] = {}
-        self._position0_healthy_at: dict[str, float] = {}  # model -> when its position 0 was last healthy
+        # What the diagnosis reads beside the counters (restarts, k changes, the figures before
+        # them, position 0 within the day): fed here, one way, on every poll.
+        self.diagnosis = DiagnosisState(settings.windows, settings.health_window, settings.detection, settings.min_drafts)
         self._appeared_logged = 0
         # What vLLM serves under each served name (/v1/models): read by _read_served_models.
         self.served: dict[str, str] = {}
@@ -186,70 +184,6 @@ class TargetPoller:
                 log.exception("poll_failed_unexpectedly", target=self.target.name, error=message)
         return message
 
-    def _remember_position0(self, now: float, models: Sequence[ModelView]) -> None:
-        """Which models had a healthy position 0 within a day (the alert's lookback): a low one
-        then is a fall, not a steady weak drafter (health.judge)."""
-        for mv in models:
-            w = mv.windows.get(self.settings.health_window)
-            pos0 = w.stats.per_position_acceptance[0] if w is not None and w.stats.k else None
-            if (
-                pos0 is not None
-                and pos0 >= self.settings.detection.position0_floor
-                and w is not None
-                and w.stats.num_drafts >= self.settings.min_drafts
-            ):
-                self._position0_healthy_at[mv.model_name] = now
-        horizon = now - config.POSITION0_LOOKBACK_SECONDS
-        self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
-
-    def _recent_changes(self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters]) -> dict[str, Seen]:
-        """Restarts and k changes per model within the day, with when (each window's
-        verdict reads those within it: views.window_verdict), and the model's health window at the
-        last poll before the first of them. A change while the model was already degraded or
-        collapsed (the last verdict) is not kept: the fall started before it, so it cannot be its
-        cause (a restart that fixes a fall is not blamed for it)."""
-        fallen = {mv.model_name for mv in self.view.models if mv.health in ("degraded", "collapsed")}
-        found: dict[str, list[str]] = {}
-        for model, engine in observation.restarted:
-            if model not in fallen:
-                found.setdefault(model, []).append(f"a restart of engine {engine}")
-        ks: dict[str, int] = {}
-        for (model, _), c in kept.items():
-            ks[model] = max(ks.get(model, 0), c.k)
-        for model, k in ks.items():
-            if self._k.get(model, k) != k and model not in fallen:
-                found.setdefault(model, []).append(f"k {self._k[model]} -> {k}")
-            self._k[model] = k
-        # Held as long as the verdict may read position 0 from the day (POSITION0_LOOKBACK_SECONDS),
-        # and never past a health window in which the model stood (below).
-        horizon = now - max(self.settings.windows[-1][1], config.POSITION0_LOOKBACK_SECONDS)
-        previous = {mv.model_name: mv for mv in self.view.models}
-        # A change whose whole health window has passed with the model not fallen caused nothing
-        # that is still there: forgotten, so a later fall is not pinned on it.
-        passed = now - dict(self.settings.windows)[self.settings.health_window]
-        for model, held in self._changes.items():
-            if model in previous and model not in fallen:
-                for text in [w for w, (_, last) in held.items() if last < passed]:
-                    del held[text]
-                if not held:
-                    self._before.pop(model, None)
-        for model, texts in found.items():
-            held = self._changes.setdefault(model, {})
-            for text in texts:  # one entry per change, however often it recurs: bounded
-                held[text] = (held.get(text, (now, now))[0], now)
-            if model not in self._before or self._before[model][0] < horizon:
-                mv = previous.get(model)
-                before = model_total(mv, self.settings.health_window, self.settings.min_drafts) if mv is not None else None
-                self._before[model] = (now, before)
-        self._changes = {
-            m: kept_ for m, v in self._changes.items() if (kept_ := {w: seen for w, seen in v.items() if seen[1] >= horizon})
-        }
-        self._before = {m: b for m, b in self._before.items() if m in self._changes}
-        return {
-            m: Seen(now, tuple((a, b, w) for w, (a, b) in v.items()), self._before[m][1] if m in self._before else None)
-            for m, v in self._changes.items()
-        }
-
     def _counted(self, result: str, duration: float) -> TargetView:
         """The view with this poll counted (its result and duration)."""
         self._polls[result] = self._polls.get(result, 0) + 1
@@ -282,6 +216,7 @@ class TargetPoller:
         if self.view.last_result != result:
             log.warning("spec_decode_off", target=self.target.name, error=error)
         self.failures = 0
+        self.diagnosis.cleared()
         self.view = replace(
             self._counted(result, duration),
             up=True,
@@ -301,10 +236,7 @@ class TargetPoller:
         # The views read the history (only this poller writes it, and it waits here): in a
         # thread, as at 4,096 engines they take ~0.4 s that /healthz would otherwise wait.
         raw = _consistent(self.history, read.kept)
-        models, spans = await asyncio.to_thread(
-            self._views, raw, self._recent_changes(now, observation, read.kept), set(self._position0_healthy_at)
-        )
-        self._remember_position0(now, models)
+        models, spans = await asyncio.to_thread(self._views, now, observation, read.kept, raw)
         for mv in models:
             if mv.profile is None:
                 self._warn_once(self._no_profile(mv), "no_baseline")
@@ -352,6 +284,7 @@ class TargetPoller:
                 f"k={k} is above the {config.MAX_SPECULATIVE_TOKENS} positions the generated rules "
                 f"cover (config.MAX_SPECULATIVE_TOKENS): the wasted-tokens alert cannot fire for it"
             )
+        self.diagnosis.judged({mv.model_name: mv.health for mv in models}, {mv.model_name: mv.profile for mv in models})
         self.view = replace(
             counted,
             up=True,
@@ -374,11 +307,13 @@ class TargetPoller:
         )
 
     def _views(
-        self, raw: Mapping[SeriesKey, Counters], changes: Mapping[str, Seen], position0_healthy: set[str]
+        self, now: float, observation: Observation, kept: Mapping[SeriesKey, Counters], raw: Mapping[SeriesKey, Counters]
     ) -> tuple[tuple[ModelView, ...], dict[str, float]]:
-        """The model views and each window's span, from one reading of the history's windows."""
+        """The model views and each window's span, from one reading of the history's windows,
+        which the diagnosis state is fed with the poll's restarts and counters."""
         windows = history_windows(self.history, self.settings)
-        models = model_views(windows, raw, self.settings, self.target, changes, position0_healthy, self.served)
+        seen: dict[str, Seen] = self.diagnosis.observe(now, observation.restarted, kept, windows)
+        models = model_views(windows, raw, self.settings, self.target, seen, self.served)
         return models, {label: w.span_seconds for label, w in windows.items()}
 
     def _no_profile(self, mv: ModelView) -> str:

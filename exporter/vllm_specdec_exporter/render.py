@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import config
-from .health import CAUSE_TEXT
+from .diagnosis import CAUSE_TEXT
 
 
 def _num(v: float | int | None) -> str:

@@ -11,21 +11,9 @@ from typing import Any
 
 from . import config
 from .derive import derive, invariant_violations, sum_counters
-from .health import Engines, Known, Verdict, judge
-from .model import Counters, SeriesKey, series_name
-
-
-def engine_order(engine: str) -> tuple[int, int, str]:
-    """Numeric ranks in numeric order (2 before 10), any other string after.
-
-    Label values are arbitrary strings: only short ASCII digit strings are read as
-    numbers (str.isdigit() accepts '²', which int() refuses, and int() refuses
-    more than 4,300 digits).
-    """
-    if engine.isascii() and engine.isdigit() and len(engine) <= 18:
-        return (0, int(engine), "")
-    return (1, 0, engine)
-
+from .diagnosis import Known
+from .health import Engines, Verdict, judge
+from .model import Counters, SeriesKey, engine_order, series_name
 
 # model, its engines' counters -> the verdict with its likely causes (health.judge with what
 # the caller knows: profile, restarts, k changes, earlier figures).
@@ -62,7 +50,7 @@ def summarize(
             checks.append(f'{config.LABEL_MODEL}="{model}": engines disagree on k {ks}; positions summed where present')
         stats = derive(total, interval_seconds, checks)
         # The verdict and the likely causes (a hint: every cause that fits), by the one classifier,
-        # handed what was computed here (health.Known) so that judge does not compute it again.
+        # handed what was computed here (diagnosis.Known) so that judge does not compute it again.
         per_engine.known = Known(tuple(per_engine.items()), total, stats, total_broken, frozenset(broken))
         v = (verdict or _counters_only(interval_seconds))(model, per_engine)
         models[model] = {

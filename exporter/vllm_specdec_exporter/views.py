@@ -7,15 +7,16 @@ without locks. ``model_views`` derives the per-model figures from a target's his
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .derive import Stats, derive, invariant_violations, ratio, sum_counters
-from .health import Earlier, Hint, Verdict, find_profile, judge
+from .diagnosis import Hint
+from .diagnosis_state import Seen, window_verdict
+from .health import Verdict, find_profile
 from .history import TargetHistory, WindowDelta
-from .model import BaselineProfile, Counters, SeriesKey, series_name
+from .model import BaselineProfile, Counters, SeriesKey, engine_order, series_name
 from .settings import Settings, Target
-from .summary import engine_order
 
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -34,28 +35,6 @@ class ModelWindow:
     engines: Mapping[str, EngineFigures]  # in engine order
     # Each engine's counters over the window, in the history's order (what /api/v1/summary sums).
     counters: Mapping[str, Counters] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """What the poller saw of one model beside its counters: the restarts and k changes, the
-    model just before the first of them, and whether position 0 was healthy within the day.
-    The verdict of every window reads it (``window_verdict``): the health window's on /metrics
-    and the landing page, any other on /api/v1/summary."""
-
-    at: float = 0.0  # the poll's monotonic time
-    # (first, last, what): each change the poller holds (views.Seen), when first and last seen
-    changes: tuple[tuple[float, float, str], ...] = ()
-    before: Counters | None = None  # the model's health window at the last poll before the first of them
-    position0_healthy: bool = False
-
-    def within(self, seconds: float) -> list[str]:
-        """The changes seen within the last ``seconds``."""
-        return [what for _, last, what in self.changes if last >= self.at - seconds]
-
-    def older(self, seconds: float) -> tuple[str, ...]:
-        """The changes seen before the last ``seconds`` (and still held)."""
-        return tuple(what for first, _, what in self.changes if first < self.at - seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,16 +97,15 @@ def model_views(
     raw: Mapping[SeriesKey, Counters],
     settings: Settings,
     target: Target | None,
-    changes: Mapping[str, Seen] | None = None,
-    position0_healthy: Collection[str] = (),
+    seen: Mapping[str, Seen] | None = None,
     roots: Mapping[str, str] | None = None,
 ) -> tuple[ModelView, ...]:
     """Derived figures per model and window (``history_windows``), summed over
     engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
     /v1/models), where known; where not (or where it names no root but the served name
     itself), the ``target``'s model. A profile is looked for under both, unless the target
-    names one outright (health.find_profile). ``changes``: what the poller saw change per
-    model (``Seen``; its ``position0_healthy`` is set from ``position0_healthy``)."""
+    names one outright (health.find_profile). ``seen``: what the poller saw beside the counters
+    per model (diagnosis_state.DiagnosisState.observe), read by the verdict."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
@@ -139,7 +117,7 @@ def model_views(
         for m, k in k_by_model.items()
     }
     profiles = {m: profile for m, (profile, _) in found.items()}
-    seen = {m: replace((changes or {}).get(m) or Seen(), position0_healthy=m in position0_healthy) for m in k_by_model}
+    seen_of = {m: (seen or {}).get(m) or Seen() for m in k_by_model}
     judged: dict[str, Verdict] = {}
     for label, window in windows.items():
         grouped: dict[str, dict[str, Counters]] = {}
@@ -168,8 +146,10 @@ def model_views(
                     window.span_seconds,
                     None if longest is None else [c for (m, _), c in longest.engines.items() if m == model],
                     profiles[model],
-                    settings,
-                    seen[model],
+                    settings.windows,
+                    settings.detection,
+                    settings.min_drafts,
+                    seen_of[model],
                 )
     views = []
     for model in sorted(per_model):
@@ -186,7 +166,7 @@ def model_views(
                 verdict.causes,
                 roots.get(model),
                 found[model][1],
-                seen[model],
+                seen_of[model],
             )
         )
     return tuple(views)
@@ -198,38 +178,3 @@ def _root(served: str, root: str | None, target: Target | None) -> str | None:
     if (root is None or root == served) and target is not None and target.model:
         return target.model
     return root
-
-
-def window_verdict(
-    label: str,
-    engines: Mapping[str, Counters],
-    span: float | None,
-    longest: Sequence[Counters] | None,
-    profile: BaselineProfile | None,
-    settings: Settings,
-    seen: Seen,
-) -> Verdict:
-    """The verdict over one window (``engines``: its counters) with what the poller saw beside
-    them: the changes within the window; and what came before it (``longest``: the model over the
-    longest window, when longer): the changes older than the window, the figures before the first
-    change, whether position 0 was healthy within the day."""
-    seconds = dict(settings.windows)[label]
-    last = settings.windows[-1][0]
-    total = sum_counters(longest) if longest is not None and label != last else None
-    changes = seen.within(seconds)
-    older = seen.older(seconds) if label != last else ()
-    earlier = Earlier(
-        last,
-        total if total is not None and total.drafts >= max(settings.min_drafts, 1) else None,
-        seen.position0_healthy,
-        seen.before if changes or older else None,
-        older,
-    )
-    return judge(engines, span, profile, settings.detection, settings.min_drafts, changes, earlier)
-
-
-def model_total(mv: ModelView, label: str, min_drafts: int) -> Counters | None:
-    """The model over one window (its engines summed), when it drafted at least ``min_drafts``."""
-    w = mv.windows.get(label)
-    total = sum_counters(w.counters.values()) if w is not None and w.counters else None
-    return total if total is not None and total.drafts >= max(min_drafts, 1) else None

@@ -12,7 +12,7 @@ import contextlib
 import html
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -23,8 +23,9 @@ from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
-from .derive import sum_counters
-from .health import NO_BASELINE, Verdict, describe
+from .diagnosis import describe
+from .diagnosis_state import together, window_verdict
+from .health import NO_BASELINE, Verdict
 from .model import Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
@@ -32,7 +33,7 @@ from .render import bar
 from .server import GuardedSite, Limits, open_file_limit
 from .settings import Settings
 from .summary import summarize
-from .views import ModelView, ModelWindow, Seen, TargetView, window_verdict
+from .views import ModelView, ModelWindow, TargetView
 from .webconfig.auth import Authenticator
 from .webconfig.middleware import auth_middleware
 from .webconfig.reload import LiveWebConfig
@@ -201,24 +202,12 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
         profile = served[0][1].profile if served else None
         last = settings.windows[-1][0]
         longest = [c for _, mv in served if (w := mv.windows.get(last)) is not None for c in w.counters.values()]
-        return window_verdict(window, per_engine, span, longest, profile, settings, _seen(served))
+        seen = together([(name, mv.seen) for name, mv in served])
+        return window_verdict(
+            window, per_engine, span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
+        )
 
     return summarize(engines, span, warnings, verdict)
-
-
-def _seen(served: Sequence[tuple[str, ModelView]]) -> Seen:
-    """What the pollers of the targets serving one model saw (views.Seen): one target's as it is;
-    several targets' together, each change naming its target."""
-    if len(served) == 1:
-        return served[0][1].seen
-    seen = [(name, mv.seen) for name, mv in served]
-    befores = [s.before for _, s in seen]
-    return Seen(
-        max((s.at for _, s in seen), default=0.0),
-        tuple((a, b, f"{what} on target {name}") for name, s in seen for a, b, what in s.changes),
-        sum_counters([b for b in befores if b is not None]) if befores and all(b is not None for b in befores) else None,
-        any(s.position0_healthy for _, s in seen),
-    )
 
 
 async def summary(request: web.Request) -> web.Response:

@@ -1,4 +1,4 @@
-"""summarize hands judge what it has computed of a model's engines (health.Known: the
+"""summarize hands judge what it has computed of a model's engines (diagnosis.Known: the
 sum, its derived figures, which invariants are broken). The verdict and its causes must be
 exactly those judge finds from the counters alone, and each engine's invariant messages
 must still name its series."""
