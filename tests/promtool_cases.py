@@ -846,6 +846,57 @@ def direct_invariant_group() -> dict:
     )
 
 
+def cost_group(v: str) -> dict:
+    """Issue 34: what a head costs, per server and per model, against the healthy reference: the
+    profile where one matches (V4-Pro k=2: 2.27), otherwise the model's best hour at the same k
+    (a served name healthy at 2.611 for two hours); none without either. Expected values worked by
+    hand from the per-minute counts: broken AL = 1 + (235 + 5) / 6590."""
+    broken_al = 1 + 240 / 6590
+    s = deployment(v, "cost-pro", PRO, [(PRO_BROKEN, 30)])
+    s += deployment(v, "cost-served", SERVED, [(PRO_HEALTHY, 120), (PRO_BROKEN, 30)])
+    s += deployment(v, "cost-none", "Unprofiled/Model", [(PRO_BROKEN, 150)])
+    if v == "sidecar":
+        s += sidecar_gauges("cost-pro", PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+        s += sidecar_gauges("cost-served", SERVED, 2, None, None) + sidecar_gauges("cost-none", "Unprofiled/Model", 2, None, None)
+    tgt = {"target": "vllm"} if v == "sidecar" else {}
+
+    def sample(rule: str, value: float, **labels) -> dict:
+        body = ",".join(f'{k}="{x}"' for k, x in sorted({**labels, **tgt}.items()))
+        return {"labels": f"{{{body}}}", "value": round(value * 1e6) / 1e6}  # round() drops the name
+
+    def expr(rule: str, at: str, samples: list[dict]) -> dict:
+        return {"expr": f"round({rule} * 1e6) / 1e6", "eval_time": at, "exp_samples": samples}
+
+    server, model = "namespace_pod_model_name:vllm_specdec_", "namespace_model_name:vllm_specdec_"
+    pro = {"namespace": NS, "pod": "cost-pro", "model_name": PRO}
+    served = {"namespace": NS, "pod": "cost-served", "model_name": SERVED}
+    drafts = 6590 / 60  # per second
+    tests = [
+        # the profile: 2.27 / 1.0364 = 2.19 the steps, 54 % of them wasted
+        expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-pro'}}", "20m", [sample(f"{server}decode_step_factor:ratio_rate5m", 2.27 / broken_al, **pro)]),
+        expr(f"{server}decode_steps_wasted:ratio_rate5m{{pod='cost-pro'}}", "20m", [sample(f"{server}decode_steps_wasted:ratio_rate5m", 1 - broken_al / 2.27, **pro)]),
+        expr(f"{server}healthy_output_tokens:rate5m{{pod='cost-pro'}}", "20m", [sample(f"{server}healthy_output_tokens:rate5m", drafts * 2.27, **pro)]),
+        expr(f"{model}decode_step_factor:ratio_rate5m{{model_name='{PRO}'}}", "20m",
+             [sample(f"{model}decode_step_factor:ratio_rate5m", 2.27 / broken_al, namespace=NS, model_name=PRO)]),
+        # the break-even for k=2: 1 + 0.05 x 2
+        expr(f"{server}break_even_mean_acceptance_length:max{{pod='cost-pro'}}", "20m", [sample(f"{server}break_even_mean_acceptance_length:max", 1.1, **pro)]),
+        # the model's best hour at k=2 (2.611), after 20 broken minutes: 2.52 the steps, 60 % wasted
+        expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-served'}}", "140m", [sample(f"{server}decode_step_factor:ratio_rate5m", 2.611 / broken_al, **served)]),
+        expr(f"{model}decode_steps_wasted:ratio_rate5m{{model_name='{SERVED}'}}", "140m",
+             [sample(f"{model}decode_steps_wasted:ratio_rate5m", 1 - broken_al / 2.611, namespace=NS, model_name=SERVED)]),
+        # while healthy, against its own best hour: no step wasted
+        expr(f"{server}decode_steps_wasted:ratio_rate5m{{pod='cost-served'}}", "110m", [sample(f"{server}decode_steps_wasted:ratio_rate5m", 0, **served)]),
+        # no profile and no full hour of history yet: no figure at all (not 1, not 0)
+        expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-none'}}", "12m", []),
+        expr(f"{model}decode_steps_wasted:ratio_rate5m{{model_name='Unprofiled/Model'}}", "12m", []),
+        # ... and once its first full hour is history, a head broken from the start is its own reference:
+        # nothing looks wasted (what VLLMSpecDecodeNoBaseline warns of: set an alias or a profile)
+        expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-none'}}", "140m",
+             [sample(f"{server}decode_step_factor:ratio_rate5m", 1.0, namespace=NS, pod="cost-none", model_name="Unprofiled/Model")]),
+    ]
+    return {"name": "what a head costs against its healthy reference", "interval": "1m", "input_series": s, "promql_expr_test": tests}
+
+
 # --- One source of truth: the same counters through promtool and through the sidecar's
 # classifier (tests/test_rules.py runs health.judge on each case's 5m counters and
 # asserts the hand-written verdict; promtool asserts the hand-written alerts). ---
@@ -1314,6 +1365,7 @@ def suite(variant: str) -> dict:
         distribution_group(variant),
         fast_collapse_group(variant),
         request_extremes_group(variant),
+        cost_group(variant),
     ]
     groups += (
         [sidecar_only_group(), no_baseline_group()]

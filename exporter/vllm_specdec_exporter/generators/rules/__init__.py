@@ -44,7 +44,7 @@ from .options import (
     long_windows,
     name,
 )
-from .recording import recording_rules
+from .recording import COST_PER_SERVER, recording_rules
 from .references import RECORDED_NAME, WINDOW_VARIABLE, DanglingReference, check_references, recorded, references
 from .registry import ALERT_NAMES, ALERTS, DEFAULT_FORS, SEVERITIES, Alert, alert_rules, default_options
 from .text import INDEX_BEGIN, INDEX_END, alert_figures, runbook_index, with_runbook_index, with_schema_alerts
@@ -52,6 +52,7 @@ from .text import INDEX_BEGIN, INDEX_END, alert_figures, runbook_index, with_run
 __all__ = [
     "ALERTS",
     "ALERT_NAMES",
+    "COST_PER_SERVER",
     "DEFAULT_FORS",
     "FILES",
     "HEADER",

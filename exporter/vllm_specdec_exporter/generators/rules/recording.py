@@ -6,7 +6,7 @@ day's best, and the pruning of what no rule reads per server.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ... import config as c
 from ... import metrics as m
@@ -217,6 +217,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     record(
         slow, name(ml, "position1_conditional_acceptance_ratio", f"max_over_time{DAY}"), f"max_over_time({chain}[{o.day_range}])"
     )
+    _capacity(record, fast, slow, o, lv, k, k_label)
     if src is DIRECT:
         # vLLM's per-request histogram over the request-extremes window (the sidecar has gauges).
         w, rng = o.request_extremes_window, o.range(o.request_extremes_window)
@@ -230,6 +231,53 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             either = " or ".join(f"rate({n}{suffix}{bsel}[{rng}])" for n in c.VLLM_V1_REQUEST_ACCEPTANCE_NAMES)
             record(slow, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({either})")
     return fast, slow
+
+
+# What a head costs, kept per server although no rule reads it (the on-call page and the dashboard do).
+COST_PER_SERVER = ("decode_step_factor", "decode_steps_wasted", "healthy_output_tokens")
+
+
+def _capacity(
+    record: Callable[[list[Rule], str, str], None],
+    fast: list[Rule],
+    slow: list[Rule],
+    o: Options,
+    lv: list[tuple[str, tuple[str, ...]]],
+    k: str,
+    k_label: str,
+) -> None:
+    """What a head costs in decode steps (capacity.py, issue 34), per server and per model, over the
+    shortest window, against the healthy reference: the profile where one matches, otherwise the
+    model's best hour of the day at the server's k. No reference, no figure (never a fake 1)."""
+    labels, mlabels, w = dict(lv)[SERVER], dict(lv)[MODEL_LEVEL], base_window(o)
+    baseline = name(SERVER, "baseline_mean_acceptance_length", "max")
+    best = name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}")
+    healthy = name(SERVER, "healthy_mean_acceptance_length", "max")
+    record(
+        slow,
+        healthy,
+        f"max by ({by(labels)}) ({baseline})\n  or on({by(labels)}) max without({K_LABEL}) (\n"
+        f"  {best} + on({by(mlabels)}, {K_LABEL}) group_right() (0 * {k_label})\n)",
+    )
+    # Below it drafting costs more than it returns (config.Detection.draft_step_cost).
+    record(slow, name(SERVER, "break_even_mean_acceptance_length", "max"), f"1 + {o.thresholds['draft_step_cost']} * {k}")
+    drafts, accepted = name(SERVER, "drafts", f"rate{w}"), name(SERVER, "accepted_tokens", f"rate{w}")
+    for level, keep in ((SERVER, labels), (MODEL_LEVEL, mlabels)):
+        steps, tokens = name(level, "healthy_decode_steps", f"rate{w}"), name(level, "healthy_output_tokens", f"rate{w}")
+        d = name(level, "drafts", f"rate{w}")
+        if level == SERVER:
+            # The steps a healthy head would need for the same output (output / AL_healthy), and the
+            # output the same steps would give with it (drafts x AL_healthy).
+            record(fast, steps, f"({drafts} + {accepted}) / on({by(labels)}) {healthy}")
+            record(fast, tokens, f"{drafts} * on({by(labels)}) {healthy}")
+            now = drafts
+        else:  # sums before the ratio, over the servers that have a reference
+            record(fast, steps, f"sum by ({by(keep)}) ({name(SERVER, 'healthy_decode_steps', f'rate{w}')})")
+            record(fast, tokens, f"sum by ({by(keep)}) ({name(SERVER, 'healthy_output_tokens', f'rate{w}')})")
+            now = f"sum by ({by(keep)}) ({drafts} and on({by(labels)}) {healthy})"
+            d = now
+        record(fast, name(level, "decode_step_factor", f"ratio_rate{w}"), f"{d} / ({steps} > 0)")
+        record(fast, name(level, "decode_steps_wasted", f"ratio_rate{w}"), f"clamp_min(1 - {steps} / ({d} > 0), 0)")
 
 
 def _conditional(level: str, w: str) -> str:
@@ -267,11 +315,15 @@ def prune_server_series(fast: list[Rule], slow: list[Rule], alerting: list[Rule]
     Repeated until nothing more goes: a dropped ratio may leave its rates unread."""
 
     def kept(r: Rule, read: set[str]) -> bool:
-        level, _, op = r.get("record", "::").split(":")
+        level, metric, op = r.get("record", "::").split(":")
+        if metric.removeprefix(f"{c.PREFIX}_") in COST_PER_SERVER:
+            return True  # what a head costs, per server: for the on-call page and the dashboard
         return not (level == c.ALERT_LEVEL and op.startswith(("rate", "ratio_rate"))) or r["record"] in read
 
     while True:
-        read = set().union(*(references(r["expr"]) for r in (*fast, *slow, *alerting)))
+        # An alert's description reads series too (its query templates: what the head costs).
+        texts = [r["expr"] for r in (*fast, *slow, *alerting)] + [v for r in alerting for v in r.get("annotations", {}).values()]
+        read = set().union(*(references(t) for t in texts))
         pruned = [r for r in fast if kept(r, read)], [r for r in slow if kept(r, read)]
         if len(pruned[0]) + len(pruned[1]) == len(fast) + len(slow):
             return pruned
