@@ -78,7 +78,8 @@ RAW_HISTORY = 65 * 60  # the longest raw range (1h) and a margin
 RECORDED_HISTORY = 24 * 3600 + 45 * 60  # 1d, the drop alert's offset (30m) and a margin
 MODELS = ("deepseek-ai/DeepSeek-V4-Pro", "deepseek-ai/DeepSeek-V4-Flash")
 NAMESPACES = 10
-TARGET_EVALUATIONS = 4
+TARGET_EVALUATIONS = 10  # of each group at the evaluation interval (issue 35: a median over ten)
+REFERENCE_WINDOW = 4 * 30  # seconds of scraping alone, then of the reference rules: their CPU
 HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to try queries against it)
 
 
@@ -520,6 +521,51 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def reference_rules(variant: str) -> str:
+    """The least any user records (issue 35): each server's 5m acceptance and mean acceptance
+    length, as vLLM's own Grafana dashboard computes them, from the same series the shipped
+    rules read. The shipped rules' CPU is reported as a ratio to this file's, measured in the
+    same Prometheus on the same series, which carries from one machine to another."""
+    src = rules.VARIANTS[variant]
+    by = "namespace, pod, model_name"
+
+    def rate(name: str) -> str:
+        return f"sum by ({by}) (rate({name}[5m]))"
+
+    return yaml.safe_dump(
+        {
+            "groups": [
+                {
+                    "name": "reference",
+                    "rules": [
+                        {
+                            "record": "namespace_pod_model_name:reference_mean_acceptance_length:ratio_rate5m",
+                            "expr": f"1 + {rate(src.accepted)} / {rate(src.drafts)}",
+                        },
+                        {
+                            "record": "namespace_pod_model_name:reference_acceptance_ratio:ratio_rate5m",
+                            "expr": f"{rate(src.accepted)} / {rate(src.draft_tokens)}",
+                        },
+                    ],
+                }
+            ]
+        },
+        sort_keys=False,
+    )
+
+
+def _ratio(cores: float, reference_cores: float) -> float:
+    """cores / reference_cores, nan when the reference is under what /proc's clock ticks resolve."""
+    return cores / reference_cores if reference_cores * REFERENCE_WINDOW >= 0.1 else math.nan
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp: Path) -> dict[str, float]:
     prom_bin = shutil.which("prometheus")
     if prom_bin is None:
@@ -530,6 +576,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
     config = tmp / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"}}))
     (tmp / "rules.yaml").write_text(rule_text)
+    (tmp / "reference.yaml").write_text(reference_rules(variant))
     with ExitStack() as es:
         gen = es.enter_context(Generator(fleet))
         proc, address = start_listening(
@@ -589,11 +636,25 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
 
         # Scraping alone first: Prometheus's CPU without the rules, over two intervals. CPU seconds
         # do not grow when other processes share the cores; wall-clock durations do.
+        def cpu_over(seconds: float) -> float:
+            """Prometheus's CPU cores over the next ``seconds``."""
+            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+            time.sleep(seconds)
+            return (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+
         load([])
         wait_for(scraped, 120, "every target's first scrape", step=1)
-        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-        time.sleep(2 * INTERVAL)
-        scrape_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+        scrape_cpu = cpu_over(REFERENCE_WINDOW)
+        # The reference file next, over the same span, once its first evaluation has run.
+        load([str(tmp / "reference.yaml")])
+        wait_for(scraped, 120, "every target's first scrape", step=1)
+        wait_for(
+            lambda: query(base, "count(namespace_pod_model_name:reference_mean_acceptance_length:ratio_rate5m)"),
+            120,
+            "the reference rules' first evaluation",
+            step=1,
+        )
+        reference_cpu = cpu_over(REFERENCE_WINDOW)
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
@@ -601,6 +662,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # the end of every group's first evaluation (which creates the recorded series): the steady state.
         worst, seen, sums, loads = 0.0, defaultdict(set), [], []
         worst_group: dict[str, float] = defaultdict(float)
+        durations_of: dict[str, dict[float, float]] = defaultdict(dict)  # per group: evaluation time -> duration
         cpu0 = wall0 = None
         cpu_share = None
         deadline = time.monotonic() + cpu_window + 4 * longest
@@ -622,6 +684,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
                 for g in groups:
                     seen[g].add(stamps[g])
                     worst_group[g] = max(worst_group[g], durations[g])
+                    durations_of[g][stamps[g]] = durations[g]
                 # The groups at the evaluation interval run every interval: their durations add up.
                 at_interval = sum(v for g, v in durations.items() if intervals[g] == INTERVAL)
                 worst = max(worst, at_interval)
@@ -633,8 +696,10 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         else:
             raise SystemExit(f"bench_fleet: fewer than {needed} evaluations of {groups} in time")
         for g in groups:
+            each = sorted(durations_of[g].values())
             print(
-                f"#   group {g} (every {intervals[g]:.0f} s): worst {worst_group[g]:.3f} s over {len(seen[g])} evaluations",
+                f"#   group {g} (every {intervals[g]:.0f} s): median {each[len(each) // 2]:.3f} s, worst "
+                f"{worst_group[g]:.3f} s over {len(seen[g])} evaluations",
                 file=sys.stderr,
             )
         costly = sorted(
@@ -682,6 +747,12 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             "prometheus_cpu_cores": cpu_share,
             "prometheus_cpu_cores_scrape_only": scrape_cpu,
             "rules_cpu_seconds_per_interval": (cpu_share - scrape_cpu) * INTERVAL,
+            "scrape_cpu_seconds_per_interval": scrape_cpu * INTERVAL,
+            "reference_rules_cpu_seconds_per_interval": (reference_cpu - scrape_cpu) * INTERVAL,
+            # Ratios measured in one Prometheus on the same series: what carries to another machine.
+            # (nan where the denominator is under 0.1 CPU second over its window: ten clock ticks)
+            "rules_cpu_to_reference_ratio": _ratio(cpu_share - scrape_cpu, reference_cpu - scrape_cpu),
+            "rules_cpu_to_scrape_ratio": _ratio(cpu_share - scrape_cpu, scrape_cpu),
             "recorded_series": recorded,
             "recorded_series_per_engine": recorded / fleet.engines,
             "rss_mb": rss_mb(proc.pid),
@@ -732,6 +803,10 @@ def main(argv: list[str] | None = None) -> int:
                     "prometheus_cpu_cores",
                     "prometheus_cpu_cores_scrape_only",
                     "rules_cpu_seconds_per_interval",
+                    "scrape_cpu_seconds_per_interval",
+                    "reference_rules_cpu_seconds_per_interval",
+                    "rules_cpu_to_reference_ratio",
+                    "rules_cpu_to_scrape_ratio",
                     "recorded_series_per_engine",
                     "rss_mb",
                     "series_scraped",
@@ -748,6 +823,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
     top = max(sizes)
     worst = max(results[v, top]["rule_eval_seconds"] for v in variants)
+    print(f"fleet_cpu_model: {cpu_model()}")
+    print(f"fleet_cores: {os.cpu_count()}")
     print(f"fleet_engines: {top}")
     print(f"fleet_rule_interval_seconds: {INTERVAL}")
     print(f"fleet_rule_eval_seconds: {worst:.3f}")
@@ -762,6 +839,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu = max(results[v, top]["rules_cpu_seconds_per_interval"] for v in variants)
     print(f"fleet_rule_eval_long_share: {long_share:.3f}")
     print(f"fleet_rules_cpu_seconds_per_interval: {cpu:.3f}")
+    for v in variants:
+        r = results[v, top]
+        print(
+            f"fleet_{v.replace('-', '_')}_{top}_ratios: rules {r['rules_cpu_to_reference_ratio']:.1f}x the reference "
+            f"rules' CPU, {r['rules_cpu_to_scrape_ratio']:.2f}x scraping's (load average up to {r['load_average']:.1f})"
+        )
     # The target per group: the groups at the evaluation interval together within a tenth of it,
     # a slower group within a tenth of its own. Wall-clock durations grow with the machine's load
     # average; the CPU seconds Prometheus spends on the rules per interval do not.
