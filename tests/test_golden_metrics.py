@@ -14,6 +14,7 @@ import os
 import re
 
 import aiohttp
+import pytest
 from aiohttp import web
 from conftest import REPO
 from sidecar_harness import FakeClock, start
@@ -75,3 +76,22 @@ def test_metrics_for_the_broken_v4_pro_dumps_match_the_golden_file():
 def test_two_runs_give_the_same_text():
     # What the comparison keeps depends on the input only.
     assert stable(asyncio.run(_scrape())) == stable(asyncio.run(_scrape()))
+
+
+def test_what_the_broken_head_costs_is_the_hand_worked_figure():
+    # Issue 34, through the real sidecar: the dumps are a minute of the broken V4-Pro conversion
+    # (6,590 drafts, 235 + 5 accepted at positions 0 and 1: AL 1 + 240 / 6590) against its
+    # profile's 2.27, at k=2 (break-even 1 + 0.05 x 2).
+    text = asyncio.run(_scrape())
+    al = 1 + 240 / 6590
+
+    def value(name: str, window: str = "5m") -> float:
+        found = re.findall(rf'^{name}{{[^}}]*window="{window}"[^}}]*}} (\S+)$', text, re.M)
+        assert len(found) == 1, (name, found)
+        return float(found[0])
+
+    assert value("vllm_specdec_decode_step_factor_ratio") == pytest.approx(2.27 / al, rel=1e-12)  # 2.19
+    assert value("vllm_specdec_decode_steps_wasted_ratio") == pytest.approx(1 - al / 2.27, rel=1e-12)  # 54 %
+    assert value("vllm_specdec_healthy_output_tokens_per_second") == pytest.approx(6590 / 60 * 2.27, rel=1e-12)
+    assert value("vllm_specdec_engine_decode_step_factor_ratio") == pytest.approx(2.27 / al, rel=1e-12)
+    assert re.search(r'^vllm_specdec_break_even_mean_acceptance_length\{[^}]*\} 1\.1$', text, re.M)

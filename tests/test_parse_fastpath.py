@@ -211,7 +211,13 @@ SHAPES = {
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_the_fast_path_costs_linear_time_in_the_worst_shapes(shape):
     """Ratios, not absolute times: a quadratic pattern grows with the square of the blanks."""
-    low, high = _growth(SHAPES[shape])
+    # A quadratic shape grows too much every time; a busy machine's noise (seen at load ~10) rarely
+    # three times in a row: the least of up to three measurements.
+    low, high = math.inf, math.inf
+    for _ in range(3):
+        low, high = _growth(SHAPES[shape])
+        if low < GUARD_LIMIT and high < GROWTH_LIMIT:
+            break
     assert low < GUARD_LIMIT and high < GROWTH_LIMIT, f"{shape}: cost grew {low:.1f}x for 8x the blanks, then {high:.1f}x for 16x"
 
 

@@ -55,12 +55,12 @@ def capacity(
     )
 
 
+SLOWER_THAN_OFF = (
+    "speculative decoding is currently slower than no speculative decoding: consider turning it off until the head is fixed"
+)
+
+
 def describe(c: Capacity) -> str:
-    """One line for the health text, the report and the alerts' descriptions."""
+    """One line for the health text and the report."""
     text = f"decode needs {c.step_factor:.1f}x the steps of a healthy head: {c.wasted_share:.0%} of decode work wasted"
-    if c.slower_than_off:
-        text += (
-            "; speculative decoding is currently slower than no speculative decoding: consider turning it off"
-            " until the head is fixed"
-        )
-    return text
+    return f"{text}; {SLOWER_THAN_OFF}" if c.slower_than_off else text

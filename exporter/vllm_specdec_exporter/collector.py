@@ -26,7 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import __version__, config
+from . import __version__, capacity, config
 from .metrics import FAMILIES, Family
 from .settings import Settings
 from .views import POLL_DURATION_BUCKETS, TargetView
@@ -120,6 +120,14 @@ class SpecDecodeCollector(Collector):
         e_al = _gauge("engine_mean_acceptance_length")
         e_rate = _gauge("engine_acceptance_ratio")
         k = _gauge("num_speculative_tokens")
+        factor, wasted, healthy_tokens = (
+            _gauge("decode_step_factor_ratio"),
+            _gauge("decode_steps_wasted_ratio"),
+            _gauge("healthy_output_tokens_per_second"),
+        )
+        e_factor, e_wasted = _gauge("engine_decode_step_factor_ratio"), _gauge("engine_decode_steps_wasted_ratio")
+        break_even = _gauge("break_even_mean_acceptance_length")
+        cost = s.detection.draft_step_cost
         baseline = _gauge("baseline_mean_acceptance_length")
         info = _gauge("model_info")
         # OpenMetrics StateSets: one series per state, the state in a label named after the family.
@@ -133,6 +141,9 @@ class SpecDecodeCollector(Collector):
         for v in views:
             for mv in v.models:
                 k.add_metric([v.name, mv.model_name], mv.k)
+                if mv.k:
+                    break_even.add_metric([v.name, mv.model_name], capacity.break_even(mv.k, cost))
+                healthy = mv.profile.mean_acceptance_length if mv.profile is not None else None
                 if mv.profile is not None:
                     baseline.add_metric([v.name, mv.model_name, mv.profile.name], mv.profile.mean_acceptance_length)
                 profile = mv.profile.name if mv.profile is not None else ""
@@ -158,8 +169,16 @@ class SpecDecodeCollector(Collector):
                             el = [v.name, mv.model_name, engine, window]
                             _add(e_al, el, ef.mean_acceptance_length)
                             _add(e_rate, el, ef.acceptance_rate)
+                            if (ec := capacity.capacity(ef.mean_acceptance_length, healthy, mv.k, cost)) is not None:
+                                e_factor.add_metric(el, ec.step_factor)
+                                e_wasted.add_metric(el, ec.wasted_share)
                     if st.num_drafts < s.min_drafts:
                         continue  # an idle window shows no noise
+                    per_second = st.num_drafts / mw.span_seconds if mw.span_seconds > 0 else None
+                    if (mc := capacity.capacity(st.mean_acceptance_length, healthy, mv.k, cost, per_second)) is not None:
+                        factor.add_metric(labels, mc.step_factor)
+                        wasted.add_metric(labels, mc.wasted_share)
+                        _add(healthy_tokens, labels, mc.healthy_tokens_per_second)
                     _add(al, labels, st.mean_acceptance_length)
                     _add(rate, labels, st.acceptance_rate)
                     _add(edl, labels, st.effective_draft_length)
@@ -180,6 +199,12 @@ class SpecDecodeCollector(Collector):
             e_al,
             e_rate,
             k,
+            break_even,
+            factor,
+            wasted,
+            healthy_tokens,
+            e_factor,
+            e_wasted,
             baseline,
             info,
             health,

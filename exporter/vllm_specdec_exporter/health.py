@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from . import capacity
 from .config import Detection
 from .derive import derive, invariant_violations, sum_counters
 from .diagnosis import Earlier, Hint, Known, _gain, describe, diagnose
@@ -119,6 +120,18 @@ def engine_state(
     return "ok"
 
 
+def _cost(al: float, profile: BaselineProfile | None, k: int, det: Detection) -> str:
+    """What a fallen head costs, for a verdict's reason (capacity.py): against the profile where one
+    matches; below the break-even, that drafting is slower than none, with or without one."""
+    c = capacity.capacity(al, None if profile is None else profile.mean_acceptance_length, k, det.draft_step_cost)
+    # Not where it would read "0 % wasted" (a lagging engine beside a model at its profile).
+    if c is not None and (c.wasted_share >= 0.005 or c.slower_than_off):
+        return "; " + capacity.describe(c)
+    if k and al < capacity.break_even(k, det.draft_step_cost):
+        return "; " + capacity.SLOWER_THAN_OFF
+    return ""
+
+
 def judge(
     engines: Mapping[str, Counters],
     span: float | None,
@@ -165,14 +178,15 @@ def _judge(
     if al is None:  # no drafts at all (possible only with min_drafts 0)
         return Verdict("idle", "no drafts", states)
     if al - 1.0 < det.collapse_margin:
-        return Verdict("collapsed", f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}", states)
+        reason = f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}"
+        return Verdict("collapsed", reason + _cost(al, profile, total.k, det), states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
     floor = None if profile is None else det.degraded_floor_under(profile.mean_acceptance_length)
     if bad:
         what = ", ".join(f"engine {e} {states[e]} (AL {1 + _gain(engines[e]):.3f})" for e in bad)
         if floor is not None and al < floor:  # the whole model fell too: say so first
             what = f"mean acceptance length {al:.3f} < {floor:.3f} on the whole model; " + what
-        return Verdict("degraded", what, states)
+        return Verdict("degraded", what + _cost(al, profile, total.k, det), states)
     pos0 = st.per_position_acceptance[0] if st.per_position_acceptance else None
     p0floor = det.position0_floor if profile is None else det.position0_floor_under(profile.mean_acceptance_length, profile.k)
     if pos0 is not None and pos0 < p0floor:
@@ -188,14 +202,15 @@ def _judge(
         return Verdict(
             "degraded",
             f"position 0 acceptance {pos0:.3f} < {p0floor:.3g}: a broken draft "
-            f"path, or synthetic random-token load such as a benchmark",
+            f"path, or synthetic random-token load such as a benchmark" + _cost(al, profile, total.k, det),
             states,
         )
     if profile is not None and floor is not None:
         if al < floor:
             return Verdict(
                 "degraded",
-                f"mean acceptance length {al:.3f} < {floor:.3f} (profile {profile.name}: {profile.mean_acceptance_length:g})",
+                f"mean acceptance length {al:.3f} < {floor:.3f} (profile {profile.name}: {profile.mean_acceptance_length:g})"
+                + _cost(al, profile, total.k, det),
                 states,
             )
         return Verdict("ok", f"mean acceptance length {al:.3f}", states)

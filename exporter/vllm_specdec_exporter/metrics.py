@@ -83,6 +83,45 @@ FAMILIES: dict[str, Family] = {
         Family("engine_acceptance_ratio", "gauge", (T, M, E, W), "Draft acceptance of one engine over the window."),
         Family("num_speculative_tokens", "gauge", (T, M), "k, the number of speculative tokens, from the position series."),
         Family(
+            "decode_step_factor_ratio",
+            "gauge",
+            (T, M, W),
+            "Decode steps the output took against a healthy head's (healthy AL / AL) over the window; healthy: the "
+            "matched profile's AL (absent without a profile).",
+        ),
+        Family(
+            "decode_steps_wasted_ratio",
+            "gauge",
+            (T, M, W),
+            "Share of the decode steps that re-did what a healthy head would have produced (1 - AL / healthy AL, at "
+            "least 0) over the window (absent without a profile).",
+        ),
+        Family(
+            "healthy_output_tokens_per_second",
+            "gauge",
+            (T, M, W),
+            "Output tokens per second the same decode steps would have produced with a healthy head (drafts/s x "
+            "healthy AL) over the window (absent without a profile).",
+        ),
+        Family(
+            "engine_decode_step_factor_ratio",
+            "gauge",
+            (T, M, E, W),
+            "Decode steps one engine's output took against a healthy head's (healthy AL / the engine's AL) over the window.",
+        ),
+        Family(
+            "engine_decode_steps_wasted_ratio",
+            "gauge",
+            (T, M, E, W),
+            "Share of one engine's decode steps that re-did what a healthy head would have produced, over the window.",
+        ),
+        Family(
+            "break_even_mean_acceptance_length",
+            "gauge",
+            (T, M),
+            "The mean acceptance length under which drafting costs more than it returns: 1 + health.draft_step_cost x k.",
+        ),
+        Family(
             "baseline_mean_acceptance_length",
             "gauge",
             (T, M, "profile"),
