@@ -158,6 +158,26 @@ def test_every_panel_query_answers_from_a_real_prometheus(collapse_stack, tmp_pa
         assert prom.label_values(label, match), var
     # Collapsed: the same panels still answer, and show the collapse.
     assert empty_panels(prom, "vllm-specdec-overview") == []
+    # What it costs (issue 34), worked by hand against the V4-Pro k=2 profile (AL 2.27): healthy
+    # (AL 2.611, above it) nothing wasted or forgone; broken (AL 1 + 0.0357 + 0.0008) the same
+    # output takes 2.27 / 1.0365 = 2.19x the decode steps, 54.3 % of them wasted, and 100 drafts/s
+    # x (2.27 - 1.0365) = 123.4 tokens/s forgone (at 100 drafts/s).
+    cost = {t: expr for t, expr in panel_queries("vllm-specdec-overview")
+            if t in ("Decode steps wasted", "Decode-step factor per server", "Output tokens/s forgone")}
+    assert len(cost) == 3
+    broken_al = 1 + 0.0357 + 0.0008
+    wait_for(lambda: (prom.value(cost["Decode-step factor per server"]) or 0) > 0.99 * 2.27 / broken_al,
+             deadline - time.time(), "the decode-step factor to reach the broken head's")
+    assert prom.value(cost["Decode steps wasted"]) == pytest.approx(1 - broken_al / 2.27, rel=0.02)
+    assert prom.value(cost["Decode-step factor per server"]) == pytest.approx(2.27 / broken_al, rel=0.02)
+    # 100 drafts/s simulated; Prometheus's rate over the 8 s range reads a little less: its own figure.
+    at = time.time()
+    drafts = prom.value(f"namespace_model_name:vllm_specdec_drafts:rate5m{{{model}}}", at)
+    assert 70 < drafts <= 101
+    assert prom.value(cost["Output tokens/s forgone"], at) == pytest.approx(drafts * (2.27 - broken_al), rel=0.02)
+    assert prom.value(cost["Decode steps wasted"], healthy_at) == 0
+    assert prom.value(cost["Output tokens/s forgone"], healthy_at) == 0
+    assert prom.value(cost["Decode-step factor per server"], healthy_at) == pytest.approx(2.27 / HEALTHY_AL, rel=0.02)
     assert empty_panels(prom, "vllm-specdec-exporter") == []
     # The README's preview is made by this script from the same kind of data.
     out = tmp_path / "preview.png"

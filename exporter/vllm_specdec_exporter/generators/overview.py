@@ -399,6 +399,58 @@ def dashboard(o: Options | None = None) -> Json:
         8,
     )
 
+    # What it costs (issue 34): the capacity rules, recorded over the shortest window only,
+    # against the healthy reference (the profile, else the model's best hour of the day).
+    cw = f"rate{base_window(o)}"
+    span = o.range(base_window(o))
+    server_legend = "{{" + PODL + "}} " + LEGEND
+    lay.row("What it costs")
+    lay.add(
+        timeseries(
+            "Decode steps wasted",
+            f"Share of decode steps (verification steps) per model spent re-doing what a healthy draft head would "
+            f"have produced: 1 - steps a healthy head would need / steps taken, over {span}, floored at 0; sums over "
+            "the servers before the ratio. Healthy: the profile's acceptance length where one matches, otherwise "
+            "the model's best hour of the day at the server's k; no line without a reference. Assumes the same "
+            "batch composition. Bad: tens of percent (DeepSeek-V4-Pro's broken head: 60 %).",
+            targets((rule(NS, "decode_steps_wasted", f"ratio_{cw}"), LEGEND)),
+            "percentunit",
+            min_=0,
+            max_=1,
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "Decode-step factor per server",
+            f"Decode steps needed for the same output against a healthy head (AL healthy / AL now) per server "
+            f"(pod), over {span}. The rules keep no per-engine figure: an engine's own cost is not shown here "
+            "(the Engines row shows its acceptance length). 1: as healthy. Bad: above 1.2; 2.5 means every token "
+            "takes 2.5 times the decode steps; under 1: above the reference.",
+            targets((rule(POD, "decode_step_factor", f"ratio_{cw}"), server_legend)),
+            "none",
+        ),
+        8,
+        8,
+    )
+    healthy_out = rule(POD, "healthy_output_tokens", cw)
+    actual_out = f"({rule(POD, 'drafts', cw)} + {rule(POD, 'accepted_tokens', cw)})"
+    lay.add(
+        timeseries(
+            "Output tokens/s forgone",
+            f"Output tokens per second the same decode steps would have produced with a healthy head "
+            f"(drafts/s x AL healthy) minus what they produced (drafts + accepted tokens per second), per model over "
+            f"{span}: per server, floored at 0, then summed over the servers with a healthy reference. Assumes "
+            "the same batch composition. Bad: a large share of the model's output rate.",
+            targets((f"sum by ({BY}) (clamp_min({healthy_out} - {actual_out}, 0))", LEGEND)),
+            "short",
+            min_=0,
+        ),
+        8,
+        8,
+    )
+
     return finalize(
         g.Dashboard(
             title="Speculative decoding / Overview",
