@@ -821,8 +821,17 @@ def direct_two_jobs_group() -> dict:
 def direct_invariant_group() -> dict:
     v = "vllm-direct"
     bad = {"drafts": 1000, "tokens": 2000, "accepted": 3000, "pos": [1000, 1000], "gen": 4000}  # accepted > tokens
+    # accepted within the draft tokens, but not the sum of the positions (1,500 against 1,100)
+    mismatch = {"drafts": 1000, "tokens": 2000, "accepted": 1500, "pos": [1000, 100], "gen": 2500}
     s = deployment(v, "pro-bad-producer", PRO, [(bad, 30)]) + deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 30)])
+    s += deployment(v, "pro-pos-mismatch", PRO, [(mismatch, 30)])
     I = "VLLMSpecDecodeCounterInvariantViolated"
+
+    def violated(pod: str) -> dict:
+        return alert(I, "info", {"namespace": NS, "pod": pod, "model_name": PRO},
+                     "vLLM's speculative-decoding counters break their own invariants.",
+                     f"{where(pod, PRO)} reports accepted tokens that exceed its draft tokens or differ from the sum of "
+                     f"its per-position counts over 5m: a partial scrape or a broken producer.")
     return group(
         "direct: counters that break vLLM's invariants",
         s,
@@ -830,17 +839,7 @@ def direct_invariant_group() -> dict:
             check(
                 "20m",
                 I,
-                [
-                    alert(
-                        I,
-                        "info",
-                        {"namespace": NS, "pod": "pro-bad-producer", "model_name": PRO, "engine": "0"},
-                        "vLLM's speculative-decoding counters break their own invariants.",
-                        f"Engine 0 of {where('pro-bad-producer', PRO)} reports accepted tokens that exceed its "
-                        f"draft tokens or differ from the sum of its per-position counts: a partial scrape or "
-                        f"a broken producer.",
-                    )
-                ],
+                [violated("pro-bad-producer"), violated("pro-pos-mismatch")],
             ),
         ],
     )
