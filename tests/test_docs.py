@@ -136,3 +136,11 @@ def test_every_python_file_a_page_names_exists():
         if gone:
             missing[str(path.relative_to(REPO))] = gone
     assert missing == {}
+
+
+def test_the_development_layout_names_every_module_of_the_package():
+    layout = (REPO / "docs" / "development.md").read_text().split("## Layout", 1)[1].split("## ", 1)[0]
+    package = REPO / "exporter" / "vllm_specdec_exporter"
+    modules = [p.name + ("/" if p.is_dir() else "") for p in package.iterdir()
+               if not p.name.startswith("__") and p.name != "data" and (p.is_dir() or p.suffix == ".py")]
+    assert [m for m in sorted(modules) if m not in layout] == []
