@@ -86,14 +86,12 @@ def parse_duration(text: object) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """The canonical Prometheus spelling of a duration: 300 -> '5m', 90 -> '1m30s'."""
-    ms = round(seconds * 1000)
-    parts = []
-    for unit, size in _DURATION_UNITS:
-        n, ms = divmod(ms, round(size * 1000))
-        if n:
-            parts.append(f"{n}{unit}")
-    return "".join(parts) or "0s"
+    """The one spelling of a duration, everywhere (window names, rule ranges, the landing page's
+    query step): the largest unit that divides it, 300 -> '5m', 90 -> '90s', 1.5 -> '1500ms'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds * 1000:g}ms"
 
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---

@@ -96,9 +96,8 @@ def timing(speed: float = 1.0) -> Timing:
 
 def _label(seconds: float) -> str:
     """Whole milliseconds, spelled as the exporter labels a window (300s -> 5m)."""
-    from .settings import canonical_duration
 
-    return canonical_duration(round(seconds * 1000) / 1000)
+    return config.format_duration(round(seconds * 1000) / 1000)
 
 
 def demo_settings(sim_url: str, listen_address: str, t: Timing) -> Settings:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from .checks import canonical_duration, parse_listen_address
+from .checks import parse_listen_address
 from .flags import FLAGS, Flag, flags_markdown
 from .overrides import pick_overrides
 from .profiles import default_profiles
@@ -51,7 +51,6 @@ __all__ = [
     "Settings",
     "Target",
     "build_settings",
-    "canonical_duration",
     "default_profiles",
     "flags_markdown",
     "load_file",

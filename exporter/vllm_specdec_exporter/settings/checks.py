@@ -20,14 +20,6 @@ def _duration(key: str, value: Any) -> float:
         raise ConfigError(key, str(e).replace(repr(value), shown(value), 1)) from None
 
 
-def canonical_duration(seconds: float) -> str:
-    """The one spelling of a duration: the largest unit that divides it (300 -> '5m', 90 -> '90s')."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds * 1000:g}ms"
-
-
 def _limited(key: str, value: Any, limit_key: str | None = None) -> float:
     """``value`` checked against LIMITS[limit_key or key]; errors name ``key``."""
     limit = LIMITS[limit_key or key]

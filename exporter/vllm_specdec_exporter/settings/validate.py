@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import config
 from ..errors import ConfigError, clip, shown
-from .checks import _aliases, _choice, _duration, _limited, _mapping, _path, canonical_duration, parse_listen_address
+from .checks import _aliases, _choice, _duration, _limited, _mapping, _path, parse_listen_address
 from .flags import FLAGS, _flag_value
 from .profiles import _named, _profile, default_profiles
 from .targets import _deployment, _target, _targets_from_urls
@@ -72,11 +72,11 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         if seconds in written:
             raise ConfigError("windows", f"durations must be distinct, got {shown(written[seconds])} and {shown(w)}")
         written[seconds] = w
-    windows = sorted(((canonical_duration(d), d) for d in written), key=lambda w: w[1])
+    windows = sorted(((config.format_duration(d), d) for d in written), key=lambda w: w[1])
     if windows[0][1] < interval:
         raise ConfigError("windows", f"the shortest window ({clip(windows[0][0])}) is shorter than poll.interval")
 
-    health_window = canonical_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
+    health_window = config.format_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
     if health_window not in dict(windows):
         raise ConfigError(
             "health.window", f"{shown(health_window)} is not one of the windows {clip(str([w for w, _ in windows]))}"

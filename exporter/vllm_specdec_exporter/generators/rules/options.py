@@ -130,7 +130,7 @@ class Options:
         if self.long_interval:
             return self.long_interval
         ms = min(c.parse_duration(self.range(self.hourly_window)) * 1000 / 20, c.parse_duration(LONG_INTERVAL_MAX) * 1000)
-        return _duration(max(int(ms), 1000))
+        return c.format_duration(max(int(ms), 1000) / 1000)
 
 
 def minus(a: str, b: str) -> str:
@@ -141,13 +141,6 @@ def minus(a: str, b: str) -> str:
 # The long group's interval at most: its series are read instantly (alerts, panels), and an
 # instant read looks back 5m at most, so a sample must come more often than that.
 LONG_INTERVAL_MAX = "3m"
-
-
-def _duration(ms: int) -> str:
-    """A Prometheus duration for ``ms`` milliseconds: 3m, 90s, 1500ms."""
-    if ms % 60000 == 0:
-        return f"{ms // 60000}m"
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def levels(src: Source, o: Options) -> list[tuple[str, tuple[str, ...]]]:
