@@ -69,6 +69,30 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
+class TrendPoint:
+    """One step of a model's trend (the landing page's chart): what its engines did between
+    two successive samples of the longest window's ring (window / WINDOW_RESOLUTION apart)."""
+
+    t: float  # monotonic seconds: the end of the step
+    drafts: float
+    accepted: float
+    per_position: tuple[float, ...]  # drafts with at least i+1 tokens accepted, summed over engines
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return None if self.drafts <= 0 else 1.0 + self.accepted / self.drafts
+
+    @property
+    def position_acceptance(self) -> tuple[float, ...]:
+        """Per position, the share of drafts with at least position+1 tokens accepted (none without drafts)."""
+        return () if self.drafts <= 0 else tuple(n / self.drafts for n in self.per_position)
+
+
+# A model's trend holds at most this many points: one per step of the longest window's ring.
+TREND_POINTS = config.WINDOW_RESOLUTION + 1
+
+
+@dataclass(frozen=True, slots=True)
 class WindowDelta:
     span_seconds: float
     engines: dict[SeriesKey, Counters]
@@ -183,6 +207,10 @@ class TargetHistory:
         self._engines: dict[SeriesKey, _Engine] = {}
         self._forget_after = forget_after  # an engine unseen this long is dropped
         self.latest: HistorySample | None = None
+        # Per model, one TrendPoint per step of the longest window's ring, over that window:
+        # at most TREND_POINTS each, a new tuple only when a step ends (the views share it).
+        self.trend_window = max(self._windows, key=lambda w: w[1]) if self._windows else ("", 0.0)
+        self._trends: dict[str, tuple[TrendPoint, ...]] = {}
 
     def held(self) -> int:
         return len(self._engines)
@@ -282,6 +310,8 @@ class TargetHistory:
         for label, seconds in self._windows:
             ring = self._rings[label]
             if not ring or t - ring[-1].t >= seconds / config.WINDOW_RESOLUTION:
+                if label == self.trend_window[0] and ring:
+                    self._extend_trends(ring[-1], sample, seconds)
                 ring.append(sample)
             # Keep exactly one sample at or before the window's start.
             while len(ring) >= 2 and ring[1].t <= t - seconds:
@@ -316,6 +346,33 @@ class TargetHistory:
         ):
             if (why := side.step(*read(now), restarted, restarting)) is not None:
                 skipped.append((key, f"{name}: {why}"))
+
+    def _extend_trends(self, before: HistorySample, after: HistorySample, seconds: float) -> None:
+        """One point per model for the step from ``before`` to ``after`` (per engine as a window
+        reads it, summed), and the points older than the window dropped."""
+        sums: dict[str, tuple[float, float, list[float]]] = {}
+        for key, now in after.totals.items():
+            c = delta(before.totals.get(key), now)[0]
+            drafts, accepted, per = sums.get(key[0], (0.0, 0.0, []))
+            per.extend([0.0] * (c.k - len(per)))
+            for i, v in enumerate(c.per_position):
+                per[i] += v
+            sums[key[0]] = (drafts + c.drafts, accepted + c.accepted, per)
+        oldest = after.t - seconds
+        trends: dict[str, tuple[TrendPoint, ...]] = {}
+        for model in {*self._trends, *sums}:
+            kept = tuple(p for p in self._trends.get(model, ()) if p.t > oldest)
+            drafts, accepted, per = sums.get(model, (0.0, 0.0, []))
+            if drafts > 0:  # a step without drafts has nothing to draw: a gap (and a model gone ages out)
+                kept = (*kept, TrendPoint(after.t, drafts, accepted, tuple(per)))[-TREND_POINTS:]
+            if kept:
+                trends[model] = kept
+        self._trends = trends
+
+    def trends(self) -> dict[str, tuple[TrendPoint, ...]]:
+        """Each model's trend over the longest window (oldest first; a step without drafts has
+        no point); a model that drafted nothing in it has none."""
+        return dict(self._trends)
 
     def window(self, label: str) -> WindowDelta | None:
         """Counters accrued over the window (or since the first poll, if shorter)."""

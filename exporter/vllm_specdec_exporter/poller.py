@@ -313,7 +313,7 @@ class TargetPoller:
         which the diagnosis state is fed with the poll's restarts and counters."""
         windows = history_windows(self.history, self.settings)
         seen: dict[str, Seen] = self.diagnosis.observe(now, observation.restarted, kept, windows)
-        models = model_views(windows, raw, self.settings, self.target, seen, self.served)
+        models = model_views(windows, raw, self.settings, self.target, seen, self.served, self.history.trends())
         return models, {label: w.span_seconds for label, w in windows.items()}
 
     def _no_profile(self, mv: ModelView) -> str:

@@ -14,7 +14,7 @@ from .derive import Stats, derive, invariant_violations, ratio, sum_counters
 from .diagnosis import Hint
 from .diagnosis_state import Seen, window_verdict
 from .health import Verdict, find_profile
-from .history import TargetHistory, WindowDelta
+from .history import TargetHistory, TrendPoint, WindowDelta
 from .model import BaselineProfile, Counters, SeriesKey, engine_order, series_name
 from .settings import Settings, Target
 
@@ -51,6 +51,8 @@ class ModelView:
     root: str | None = None
     profile_matched_by: str = "none"  # health.MATCHED_BY: config, served_name, root, alias or none
     seen: Seen = field(default_factory=lambda: Seen())  # what the verdict of any window reads beside the counters
+    # One point per step of the longest window, over it (TargetHistory.trends): the landing page's chart.
+    trend: tuple[TrendPoint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +101,15 @@ def model_views(
     target: Target | None,
     seen: Mapping[str, Seen] | None = None,
     roots: Mapping[str, str] | None = None,
+    trends: Mapping[str, tuple[TrendPoint, ...]] | None = None,
 ) -> tuple[ModelView, ...]:
     """Derived figures per model and window (``history_windows``), summed over
     engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
     /v1/models), where known; where not (or where it names no root but the served name
     itself), the ``target``'s model. A profile is looked for under both, unless the target
     names one outright (health.find_profile). ``seen``: what the poller saw beside the counters
-    per model (diagnosis_state.DiagnosisState.observe), read by the verdict."""
+    per model (diagnosis_state.DiagnosisState.observe), read by the verdict. ``trends``: each
+    model's points over the longest window (TargetHistory.trends), passed through."""
     k_by_model: dict[str, int] = {}
     for (model, _), c in raw.items():
         k_by_model[model] = max(k_by_model.get(model, 0), c.k)
@@ -167,6 +171,7 @@ def model_views(
                 roots.get(model),
                 found[model][1],
                 seen_of[model],
+                (trends or {}).get(model, ()),
             )
         )
     return tuple(views)

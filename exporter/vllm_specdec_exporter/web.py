@@ -22,10 +22,12 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__, config
+from .charts import POSITIONS, Frame, acceptance_length_chart, position_chart
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
 from .diagnosis import describe
 from .diagnosis_state import together, window_verdict
 from .health import NO_BASELINE, Verdict
+from .history import TrendPoint
 from .model import Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
@@ -244,6 +246,45 @@ def _engine_table(mv: ModelView, w: ModelWindow | None) -> str:
     )
 
 
+def _trend(mv: ModelView, settings: Settings, end: float | None) -> str:
+    """The model's acceptance length and per-position acceptance over the longest window, one
+    point per step of its history (TargetHistory.trends), drawn; the words beside the charts
+    say what they show, so a terminal browser loses nothing but the picture."""
+    label, seconds = settings.windows[-1]
+    enough = [p for p in mv.trend if p.drafts >= settings.min_drafts]
+    if end is None or not enough:
+        return ""
+    esc, k = html.escape, max(mv.k, 1)
+
+    def value(p: TrendPoint, v: float | None) -> float | None:
+        return v if p.drafts >= settings.min_drafts else None  # no figure without enough drafts
+
+    al = [(p.t, value(p, p.mean_acceptance_length)) for p in mv.trend]
+    positions = [[(p.t, value(p, (p.position_acceptance + (0.0,) * k)[i])) for p in mv.trend] for i in range(k)]
+    healthy = mv.profile.mean_acceptance_length if mv.profile else None
+    degraded = settings.detection.degraded_floor_under(healthy) if healthy is not None else None
+    start = end - seconds
+    figures = [p.mean_acceptance_length or 1.0 for p in enough]
+    against = (
+        f"against the healthy reference {healthy:.2f} (green dashes, the profile) and the degraded threshold "
+        f"{degraded:.3f} (orange dots)"
+        if healthy is not None and degraded is not None
+        else "with no healthy reference (no profile)"
+    )
+    swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
+    step = config.format_duration(seconds / config.WINDOW_RESOLUTION)
+    return (
+        "<figure class=trend>"
+        + acceptance_length_chart(
+            Frame(start, end, 1.0, k + 1.0), al, healthy, degraded, f"acceptance length over the last {label}"
+        )
+        + position_chart(Frame(start, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}")
+        + f"<figcaption>Last {esc(label)}, one point per {esc(step)} with at least {settings.min_drafts:,} drafts: "
+        f"acceptance length (blue; 1 to k+1 = {k + 1}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) "
+        f"{against}; acceptance per position (0 to 100 %): {swatches}.</figcaption></figure>"
+    )
+
+
 async def landing(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     fresh = {v.name for v in fresh_views(request.app)}
@@ -293,7 +334,8 @@ async def landing(request: web.Request) -> web.Response:
                 f"{': ' + esc(mv.health_reason) if mv.health_reason else ''}</p>"
                 f"{'<p class=hint>' + esc(describe(mv.health_causes)) + '</p>' if mv.health_causes else ''}"
                 f"<p>mean acceptance length <b>{al}</b> against baseline {baseline}; "
-                f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>{bars}"
+                f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>"
+                f"{_trend(mv, settings, v.last_success_mono)}{bars}"
                 f"{_engine_table(mv, w)}</section>"
             )
     # The page refreshes itself (every poll, no more often than every 5 s) and says when it was rendered.
@@ -303,7 +345,8 @@ async def landing(request: web.Request) -> web.Response:
 <html><head><meta charset=utf-8><meta http-equiv=refresh content={refresh}><title>vllm-specdec-exporter</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{padding:.2em .8em;text-align:left}}
 .up{{color:green}}.down{{color:#b00}}.health-collapsed,.health-degraded{{color:#b00}}.health-ok{{color:green}}
-.bar span{{display:inline-block;width:7em}}meter{{width:20em}}</style></head>
+.bar span{{display:inline-block;width:7em}}meter{{width:20em}}svg.chart{{margin:0 1em .3em 0;vertical-align:top}}
+figure.trend{{margin:.5em 0}}figcaption{{font-size:.85em;color:#444}}</style></head>
 <body><h1>vllm-specdec-exporter {__version__}</h1>
 <p>Speculative-decoding acceptance of the vLLM servers below, polled every {settings.poll_interval:g} s.
 Windows: {esc(", ".join(w for w, _ in settings.windows))}.</p>

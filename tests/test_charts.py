@@ -1,0 +1,205 @@
+"""The landing page's charts (issue 34 item 5): the pure SVG builders (charts.py) worked by hand,
+the per-model trend the history keeps for them (history.TrendPoint), and the page during a
+collapse: the charts drawn from the sidecar's own history, no script, no external asset,
+and no word inside the SVG (a terminal browser prints an element's text)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from html.parser import HTMLParser
+
+import pytest
+from conftest import REPO
+from sidecar_harness import harness, run
+from vllm_specdec_exporter import charts, config
+from vllm_specdec_exporter.charts import Frame
+from vllm_specdec_exporter.history import TREND_POINTS, TargetHistory
+from vllm_specdec_exporter.model import Counters
+
+# 1 h over 360 px, AL 1 to 3 over 90 px: 10 s a pixel, 1/45 of AL a pixel.
+FRAME = Frame(start=6400.0, end=10000.0, low=1.0, high=3.0)
+
+
+def test_a_points_place_from_its_time_and_value():
+    assert FRAME.x(8200.0) == 180.0  # half way through the hour
+    assert FRAME.y(2.5) == 22.5  # 90 x (3 - 2.5) / 2
+    assert (FRAME.x(6400.0), FRAME.y(3.0)) == (0.0, 0.0)  # oldest, top
+    assert (FRAME.x(10000.0), FRAME.y(1.0)) == (360.0, 90.0)  # now, bottom
+    assert FRAME.y(0.5) == 90.0 and FRAME.y(9.0) == 0.0  # drawn at the edge, never outside
+    assert Frame(5.0, 5.0, 1.0, 1.0).x(5.0) == 360.0 and Frame(5.0, 5.0, 1.0, 1.0).y(1.0) == 45.0  # no span: no division
+
+
+def test_a_point_without_a_value_breaks_the_line_and_a_lone_point_is_a_dot():
+    points = [(6000.0, 2.0), (6400.0, 3.0), (8200.0, 2.5), (8300.0, None), (10000.0, 1.0)]
+    assert charts.runs(FRAME, points) == [[(0.0, 0.0), (180.0, 22.5)], [(360.0, 90.0)]]  # 6000 s: before the frame
+    drawn = charts.line(FRAME, points, "#123456")
+    assert drawn == ('<polyline points="0,0 180,22.5" fill="none" stroke="#123456" stroke-width="1.5"/>'
+                     '<circle cx="360" cy="90" r="2" fill="#123456"/>')
+    assert charts.line(FRAME, [(7000.0, None)], "#123456") == ""
+
+
+def test_the_acceptance_length_chart_draws_its_reference_and_threshold():
+    # Healthy 2.2 at y = 90 x 0.8 / 2 = 36; degraded under 1.9 at 90 x 1.1 / 2 = 49.5.
+    svg = charts.acceptance_length_chart(FRAME, [(8200.0, 2.5), (10000.0, 1.0)], 2.2, 1.9, 'AL "now" <1h>')
+    assert svg.startswith('<svg class="chart" role="img" aria-label="AL &quot;now&quot; &lt;1h&gt;" width="360" height="90"')
+    assert f'<line x1="0" y1="36" x2="360" y2="36" stroke="{charts.HEALTHY}"' in svg
+    assert f'<line x1="0" y1="49.5" x2="360" y2="49.5" stroke="{charts.DEGRADED}"' in svg
+    assert f'<polyline points="180,22.5 360,90" fill="none" stroke="{charts.LINE}"' in svg
+    assert "<line" not in charts.acceptance_length_chart(FRAME, [(8200.0, 2.5)], None, None, "AL")  # no profile
+    assert text_inside_svg(svg) == ""
+
+
+def test_the_position_chart_has_a_line_per_position():
+    frame = Frame(6400.0, 10000.0, 0.0, 1.0)
+    svg = charts.position_chart(frame, [[(8200.0, 0.9), (10000.0, 0.05)], [(8200.0, 0.5), (10000.0, 0.0)]], "positions")
+    assert f'<polyline points="180,9 360,85.5" fill="none" stroke="{charts.POSITIONS[0]}"' in svg  # 90 x (1 - 0.9)
+    assert f'<polyline points="180,45 360,90" fill="none" stroke="{charts.POSITIONS[1]}"' in svg
+
+
+def test_charts_is_pure():
+    tree = ast.parse((REPO / "exporter" / "vllm_specdec_exporter" / "charts.py").read_text())
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported <= {"__future__", "html", "collections.abc", "dataclasses"}, imported
+
+
+def engine(drafts: float, per_position: tuple[float, ...]) -> Counters:
+    return Counters(drafts, len(per_position) * drafts, sum(per_position), per_position)
+
+
+def test_the_history_keeps_one_point_per_step_of_its_longest_window():
+    # 1h window: a step every 60 s. Two engines of "m", 100 drafts a step each; from the second
+    # step on engine 1 accepts nothing.
+    h = TargetHistory([("1m", 60.0), ("1h", 3600.0)], 7200.0)
+    totals = {"0": (0.0, (0.0, 0.0)), "1": (0.0, (0.0, 0.0))}
+    for t in range(0, 181, 30):
+        if t:
+            for e, (d, per) in totals.items():
+                gain = (45.0, 30.0) if e == "0" or t <= 60 else (0.0, 0.0)
+                totals[e] = (d + 50.0, (per[0] + gain[0], per[1] + gain[1]))
+        h.observe(float(t), {("m", e): engine(d, per) for e, (d, per) in totals.items()})
+    points = h.trends()["m"]
+    assert [p.t for p in points] == [60.0, 120.0, 180.0]
+    first, second = points[0], points[1]
+    # First step: 2 engines x 100 drafts, 2 x 2 x (45 + 30) accepted: AL 1 + 300 / 200.
+    assert (first.drafts, first.accepted, first.per_position) == (200.0, 300.0, (180.0, 120.0))
+    assert first.mean_acceptance_length == 2.5 and first.position_acceptance == (0.9, 0.6)
+    # Second: engine 1 adds nothing accepted: AL 1 + 150 / 200.
+    assert second.mean_acceptance_length == 1.75 and second.position_acceptance == (0.45, 0.3)
+    assert h.trend_window == ("1h", 3600.0)
+
+
+def test_the_trend_is_bounded_by_its_window():
+    h = TargetHistory([("1h", 3600.0)], 7200.0)
+    for i in range(200):  # 200 minutes, then "m" goes away and only "n" is polled
+        h.observe(60.0 * i, {("m", "0"): engine(100.0 * i, (80.0 * i,))} if i < 150 else {("n", "0"): engine(100.0 * i, (50.0 * i,))})
+    trends = h.trends()
+    assert len(trends["m"]) <= TREND_POINTS and all(p.t > 199 * 60.0 - 3600 for p in trends["m"])
+    assert [p.t for p in trends["n"]][-1] == 199 * 60.0
+    for _ in range(70):  # "m" unseen for over an hour: its points age out, and the model with them
+        i += 1
+        h.observe(60.0 * i, {("n", "0"): engine(100.0 * i, (50.0 * i,))})
+    # 60 s steps: the points of the last 3,540 s and the step ending now (TREND_POINTS allows a step short).
+    assert "m" not in h.trends() and len(h.trends()["n"]) == 60 <= TREND_POINTS
+
+
+def deep_size(value, seen=None) -> int:
+    """Bytes of ``value`` and everything it holds (each object once)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, (tuple, list)):
+        size += sum(deep_size(v, seen) for v in value)
+    elif hasattr(value, "__slots__"):
+        size += sum(deep_size(getattr(value, f), seen) for f in value.__slots__)
+    return size
+
+
+def test_the_trends_memory_per_model():
+    """The bound said in the report: a model's full hour at k=8 (the largest k the rules cover)."""
+    k = config.MAX_SPECULATIVE_TOKENS
+    h = TargetHistory([("1h", 3600.0)], 7200.0)
+    for i in range(TREND_POINTS + 5):
+        h.observe(60.0 * i, {(f"model-{m}", "0"): engine(100.0 * i, tuple(10.0 * i / (p + 1) for p in range(k)))
+                             for m in range(4)})
+    trends = h.trends()
+    assert all(len(t) == 60 for t in trends.values())
+    per_model = deep_size(trends["model-0"])
+    print(f"trend memory: {per_model:,} bytes per model (60 points, k={k})", file=sys.stderr)
+    assert per_model < 32 * 1024
+
+
+class Text(HTMLParser):
+    """What a terminal browser prints: the text, and which of it is inside an <svg>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth, self.inside, self.outside, self.tags = 0, [], [], set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.depth += tag == "svg"
+
+    def handle_endtag(self, tag):
+        self.depth -= tag == "svg"
+
+    def handle_data(self, data):
+        (self.inside if self.depth else self.outside).append(data)
+
+
+def text_inside_svg(page: str) -> str:
+    p = Text()
+    p.feed(page)
+    return "".join(p.inside).strip()
+
+
+def test_the_landing_page_draws_each_models_hour_during_a_collapse():
+    """The collapse scenario (8 engines of V4-Pro MTP k=2, 40 drafts/s each, the head breaks at
+    2m) polled every 5 s for 5 min on the fake clock; default windows, so the chart spans the
+    1h window, a point per minute."""
+
+    async def go():
+        async with harness("collapse") as h:
+            await h.run_for(300)
+            status, page = await h.get("/")
+            assert status == 200
+            # The frame ends at the last poll (1300 s); its hour starts at -2300 s: 10 s a pixel.
+            # The first step (1000-1060 s) healthy, AL 2.611 on 1 to 3: y = 90 x (3 - 2.611) / 2.
+            assert '<polyline points="336,17.5 342,17.5 ' in page
+            # The last (1240-1300 s) broken, AL 1.0365: y = 88.4; at the frame's end.
+            assert " 354,88.4 360,88.4\"" in page
+            # Per position, 0.924 then 0.0357: y = 90 x (1 - 0.924) = 6.8, then 86.8.
+            # (the simulator's counts are whole: the first step reads 0.923-0.925.)
+            assert re.search(r'<polyline points="336,6\.[789] 342,6\.[789] 348,86.8 354,86.8 360,86.8"', page)
+            # The reference 2.27 and the degraded threshold 1 + 0.75 x 1.27 = 1.9525, drawn and said.
+            assert 'y1="32.9"' in page and 'y1="47.1"' in page
+            text = Text()
+            text.feed(page)
+            words = " ".join(" ".join(text.outside).split())
+            assert "Last 1h, one point per 1m with at least 100 drafts" in words
+            assert "lowest 1.03" in words and "latest 1.03" in words
+            assert "against the healthy reference 2.27 (green dashes, the profile) and the degraded threshold 1.95" in words
+            assert "position 0" in words and "position 1" in words
+            assert "".join(text.inside).strip() == ""  # nothing for a terminal browser to print
+            assert "script" not in text.tags and "src=" not in page and "href=\"http" not in page
+            assert page.count("<svg") == 2
+
+    run(go())
+
+
+def test_no_chart_without_enough_drafts():
+    async def go():
+        async with harness("healthy", {"min_drafts": 10**9}) as h:
+            await h.run_for(180)
+            _, page = await h.get("/")
+            assert "<svg" not in page
+
+    run(go())
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
