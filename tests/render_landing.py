@@ -1,11 +1,12 @@
 """docs/landing.png: a real screenshot of the exporter's landing page during `make demo`.
 
 Starts the demo (the simulated 8-engine DeepSeek-V4-Pro vLLM and the real exporter) at
---speed 2, waits until scenario second ~60 (engine 5 has lost its draft head at 40 s),
-and has headless Chromium (Debian's `chromium`: apt-get install -y chromium) take the
-page. Not run by make test:
+its default speed (1, as `make demo`), waits until scenario second ~140 (engine 5 lost its
+draft head at 40 s, every engine at 100 s; the restart that fixes it comes at 160 s), and
+has headless Chromium (Debian's `chromium`: apt-get install -y chromium) take the page,
+its charts with the fall in them. Not run by make test:
 
-    .venv/bin/python tests/render_landing.py [--out docs/landing.png] [--at 60]
+    .venv/bin/python tests/render_landing.py [--out docs/landing.png] [--at 140] [--speed 1]
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def free_port() -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "docs" / "landing.png"))
-    ap.add_argument("--at", type=float, default=60.0, help="scenario second to take the picture at")
-    ap.add_argument("--speed", type=float, default=2.0)
+    ap.add_argument("--at", type=float, default=140.0, help="scenario second to take the picture at")
+    ap.add_argument("--speed", type=float, default=1.0)
     args = ap.parse_args()
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if not browser:

@@ -191,6 +191,42 @@ def test_the_landing_page_draws_each_models_hour_during_a_collapse():
     run(go())
 
 
+def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):
+    import vllm_specdec_exporter.web as web
+
+    built = []
+    monkeypatch.setattr(web, "_charts", lambda *a: built.append(1) or "<svg></svg>")
+
+    async def go():
+        async with harness("healthy") as h:
+            await h.run_for(120)  # two 1-minute steps
+            pages = [(await h.get("/"))[1] for _ in range(3)]
+            assert len(built) == 1 and all("<svg></svg>" in p for p in pages)  # the same step: drawn once
+            await h.run_for(30)  # within the step: the last poll moves, the charts do not
+            await h.get("/")
+            assert len(built) == 1
+            await h.run_for(30)  # a new step: drawn again
+            await h.get("/")
+            assert len(built) == 2
+
+    run(go())
+
+
+def test_no_more_charts_than_the_cap(monkeypatch):
+    import vllm_specdec_exporter.web as web
+
+    monkeypatch.setattr(web, "LANDING_CHARTS", 1)
+
+    async def go():
+        async with harness(["healthy", "demo"]) as h:  # two targets, the same model: two sections
+            await h.run_for(120)
+            _, page = await h.get("/")
+            assert page.count("<figure class=trend>") == 1
+            assert "Charts drawn for the first 1 models only; 1 more have none." in page
+
+    run(go())
+
+
 def test_no_chart_without_enough_drafts():
     async def go():
         async with harness("healthy", {"min_drafts": 10**9}) as h:

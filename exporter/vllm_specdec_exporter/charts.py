@@ -46,22 +46,26 @@ class Frame:
 
 def _n(v: float) -> str:
     """A coordinate, to a tenth of a pixel: '12.5', '0'."""
-    text = f"{v:.1f}"
-    return text[:-2] if text.endswith(".0") else text
+    return f"{v:.1f}".removesuffix(".0")
 
 
 def runs(frame: Frame, points: Iterable[Point]) -> list[list[tuple[float, float]]]:
     """The (x, y) runs of ``points`` (oldest first) inside the frame's time span; a point
-    without a value ends a run."""
+    without a value ends a run. (Frame.x and Frame.y, inlined: a page draws hundreds.)"""
     out: list[list[tuple[float, float]]] = []
     current: list[tuple[float, float]] = []
+    start, end, low, high, height = frame.start, frame.end, frame.low, frame.high, frame.height
+    sx = frame.width / (end - start) if end > start else 0.0
+    sy = height / (high - low) if high > low else 0.0
     for t, v in points:
-        if v is None or not frame.start <= t <= frame.end:
+        if v is None or not start <= t <= end:
             if current:
                 out.append(current)
             current = []
             continue
-        current.append((frame.x(t), frame.y(v)))
+        x = (t - start) * sx if sx else frame.width
+        y = (high - min(max(v, low), high)) * sy if sy else height / 2
+        current.append((x, y))
     if current:
         out.append(current)
     return out
@@ -75,7 +79,8 @@ def line(frame: Frame, points: Iterable[Point], color: str, dash: str = "") -> s
         if len(run) == 1:
             parts.append(f'<circle cx="{_n(run[0][0])}" cy="{_n(run[0][1])}" r="2" fill="{color}"/>')
         else:
-            coords = " ".join(f"{_n(x)},{_n(y)}" for x, y in run)
+            coords = " ".join([f"{x:.1f},{y:.1f}" for x, y in run]).replace(".0,", ",").replace(".0 ", " ")
+            coords = coords.removesuffix(".0")
             parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.5"{extra}/>')
     return "".join(parts)
 

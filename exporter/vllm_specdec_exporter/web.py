@@ -47,6 +47,10 @@ LISTEN_BACKLOG = 1024
 POLLERS: web.AppKey[list[TargetPoller]] = web.AppKey("pollers")
 SETTINGS = web.AppKey("settings", Settings)
 MONO: web.AppKey[Callable[[], float]] = web.AppKey("mono")  # the clock every freshness test reads
+ChartKey = tuple[tuple[TrendPoint, ...], float, float | None, int, int]  # (trend, end, healthy AL, k, min_drafts)
+# The landing page's charts of its last render, per target and model (web._trend): drawn again
+# only when a step of the longest window added a point.
+CHARTS: web.AppKey[dict[str, dict[str, tuple[ChartKey, str]]]] = web.AppKey("charts")
 READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
 SITES: web.AppKey[list[GuardedSite]] = web.AppKey("sites")  # the listening sites (start_site)
 
@@ -75,6 +79,7 @@ def create_app(
     app[POLLERS] = []
     app[READY] = {"ready": False}
     app[SITES] = []
+    app[CHARTS] = {}
 
     async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(auto_decompress=True) as session:
@@ -246,42 +251,70 @@ def _engine_table(mv: ModelView, w: ModelWindow | None) -> str:
     )
 
 
-def _trend(mv: ModelView, settings: Settings, end: float | None) -> str:
-    """The model's acceptance length and per-position acceptance over the longest window, one
-    point per step of its history (TargetHistory.trends), drawn; the words beside the charts
-    say what they show, so a terminal browser loses nothing but the picture."""
+# The landing page draws at most this many models' charts (each a few ms to build at k=8, once
+# per step of the longest window: cached in between); the others keep their words.
+LANDING_CHARTS = config.MAX_MODELS_PER_TARGET
+
+
+def _charts(mv: ModelView, settings: Settings, end: float) -> str:
+    """The model's acceptance length and per-position acceptance over the longest window up to
+    ``end`` (the last step of its history), one point per step (TargetHistory.trends); no
+    figure where fewer than min_drafts drafts stand behind a step."""
     label, seconds = settings.windows[-1]
-    enough = [p for p in mv.trend if p.drafts >= settings.min_drafts]
-    if end is None or not enough:
-        return ""
-    esc, k = html.escape, max(mv.k, 1)
-
-    def value(p: TrendPoint, v: float | None) -> float | None:
-        return v if p.drafts >= settings.min_drafts else None  # no figure without enough drafts
-
-    al = [(p.t, value(p, p.mean_acceptance_length)) for p in mv.trend]
-    positions = [[(p.t, value(p, (p.position_acceptance + (0.0,) * k)[i])) for p in mv.trend] for i in range(k)]
+    k, least = max(mv.k, 1), settings.min_drafts
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
     degraded = settings.detection.degraded_floor_under(healthy) if healthy is not None else None
-    start = end - seconds
+    shares = [p.position_acceptance if p.drafts >= least else () for p in mv.trend]
+    al = [(p.t, p.mean_acceptance_length if p.drafts >= least else None) for p in mv.trend]
+    positions = [[(p.t, sh[i] if i < len(sh) else None) for p, sh in zip(mv.trend, shares, strict=True)] for i in range(k)]
+    frame = Frame(end - seconds, end, 1.0, k + 1.0)
+    return acceptance_length_chart(frame, al, healthy, degraded, f"acceptance length over the last {label}") + position_chart(
+        Frame(end - seconds, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}"
+    )
+
+
+def _trend(
+    mv: ModelView,
+    settings: Settings,
+    end: float,
+    last_poll: float | None,
+    cache: Mapping[str, tuple[ChartKey, str]] | None = None,
+    kept: dict[str, tuple[ChartKey, str]] | None = None,
+) -> str:
+    """The charts and the words beside them, which say what they show, so a terminal browser
+    loses nothing but the picture. The charts come from ``cache`` (the last render's) while
+    no step added a point; what is drawn goes to ``kept``."""
+    enough = [p for p in mv.trend if p.drafts >= settings.min_drafts]
+    if not enough:
+        return ""
+    label, seconds = settings.windows[-1]
+    esc, k = html.escape, max(mv.k, 1)
+    healthy = mv.profile.mean_acceptance_length if mv.profile else None
+    key: ChartKey = (mv.trend, end, healthy, k, settings.min_drafts)
+    cached = cache.get(mv.model_name) if cache is not None else None
+    if cached is not None and cached[0][0] is mv.trend and cached[0][1:] == key[1:]:
+        svgs = cached[1]
+    else:
+        svgs = _charts(mv, settings, end)
+    if kept is not None:
+        kept[mv.model_name] = (key, svgs)
     figures = [p.mean_acceptance_length or 1.0 for p in enough]
     against = (
         f"against the healthy reference {healthy:.2f} (green dashes, the profile) and the degraded threshold "
-        f"{degraded:.3f} (orange dots)"
-        if healthy is not None and degraded is not None
+        f"{settings.detection.degraded_floor_under(healthy):.3f} (orange dots)"
+        if healthy is not None
         else "with no healthy reference (no profile)"
     )
+    step = seconds / config.WINDOW_RESOLUTION
+    behind = ""
+    if last_poll is not None and last_poll - end > 2 * step:
+        behind = f" (up to {esc(config.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
-    step = config.format_duration(seconds / config.WINDOW_RESOLUTION)
     return (
-        "<figure class=trend>"
-        + acceptance_length_chart(
-            Frame(start, end, 1.0, k + 1.0), al, healthy, degraded, f"acceptance length over the last {label}"
-        )
-        + position_chart(Frame(start, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}")
-        + f"<figcaption>Last {esc(label)}, one point per {esc(step)} with at least {settings.min_drafts:,} drafts: "
-        f"acceptance length (blue; 1 to k+1 = {k + 1}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) "
-        f"{against}; acceptance per position (0 to 100 %): {swatches}.</figcaption></figure>"
+        f"<figure class=trend>{svgs}<figcaption>Last {esc(label)}{behind}, one point per "
+        f"{esc(config.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; 1 "
+        f"to k+1 = {k + 1}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) {against}; acceptance per position "
+        f"(0 to 100 %): {swatches}.</figcaption></figure>"
     )
 
 
@@ -290,6 +323,9 @@ async def landing(request: web.Request) -> web.Response:
     fresh = {v.name for v in fresh_views(request.app)}
     esc = html.escape
     rows, models = [], []
+    # Each target's charts of the last render (only those drawn again are kept), and how many.
+    previous, drawn, undrawn = request.app[CHARTS].copy(), 0, 0
+    charts: dict[str, dict[str, tuple[ChartKey, str]]] = {}
     for p in request.app[POLLERS]:
         v = p.view
         state = "up" if v.up else "down"
@@ -303,6 +339,9 @@ async def landing(request: web.Request) -> web.Response:
         )
         if v.name not in fresh:
             continue
+        # The charts end at the target's last step (every model that drafted in it has a point there).
+        trend_end = max((mv.trend[-1].t for mv in v.models if mv.trend), default=None)
+        kept = charts[v.name] = {}
         for mv in v.models:
             w = mv.windows.get(settings.health_window)
             st = w.stats if w else None
@@ -328,6 +367,12 @@ async def landing(request: web.Request) -> web.Response:
                         f"</meter> {pct:.1f} % <code>{bar(fraction, 20)}</code></div>"
                     )
             al = _fmt(st.mean_acceptance_length if st and st.num_drafts >= settings.min_drafts else None, ".3f")
+            chart = ""
+            if trend_end is not None and drawn < LANDING_CHARTS:
+                chart = _trend(mv, settings, trend_end, v.last_success_mono, previous.get(v.name), kept)
+                drawn += bool(chart)
+            elif mv.trend:
+                undrawn += 1
             models.append(
                 f"<section><h3>{esc(mv.model_name)} <small>on {esc(v.name)}, k={mv.k}</small></h3>"
                 f"<p class=health-{mv.health}>health: <b>{mv.health}</b> (window {esc(settings.health_window)})"
@@ -335,9 +380,12 @@ async def landing(request: web.Request) -> web.Response:
                 f"{'<p class=hint>' + esc(describe(mv.health_causes)) + '</p>' if mv.health_causes else ''}"
                 f"<p>mean acceptance length <b>{al}</b> against baseline {baseline}; "
                 f"drafts in window: {_fmt(st.num_drafts if st else None, ',.0f')}</p>"
-                f"{_trend(mv, settings, v.last_success_mono)}{bars}"
+                f"{chart}{bars}"
                 f"{_engine_table(mv, w)}</section>"
             )
+    request.app[CHARTS].clear()  # the app's state is frozen once started: its dict is not
+    request.app[CHARTS].update(charts)
+    cut = f"<p>Charts drawn for the first {LANDING_CHARTS} models only; {undrawn} more have none.</p>" if undrawn else ""
     # The page refreshes itself (every poll, no more often than every 5 s) and says when it was rendered.
     refresh = max(5, math.ceil(settings.poll_interval))
     rendered = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -355,7 +403,7 @@ Windows: {esc(", ".join(w for w, _ in settings.windows))}.</p>
 · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <h2>Targets</h2><table><tr><th>target</th><th>url</th><th>producer</th><th>state</th><th>last success</th><th>last error</th></tr>
 {"".join(rows)}</table>
-<h2>Models</h2>{"".join(models) or "<p>No fresh data yet.</p>"}
+<h2>Models</h2>{"".join(models) or "<p>No fresh data yet.</p>"}{cut}
 </body></html>"""
     return web.Response(text=page, content_type="text/html")
 
