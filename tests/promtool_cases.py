@@ -827,11 +827,15 @@ def direct_invariant_group() -> dict:
     s += deployment(v, "pro-pos-mismatch", PRO, [(mismatch, 30)])
     I = "VLLMSpecDecodeCounterInvariantViolated"
 
-    def violated(pod: str) -> dict:
-        return alert(I, "info", {"namespace": NS, "pod": pod, "model_name": PRO},
+    # One engine of eight broken, beside seven healthy ones: a per-server sum would hide it.
+    s += [x for e in range(1, 8) for x in deployment(v, "pro-one-of-eight", PRO, [(mismatch if e == 7 else PRO_HEALTHY, 30)],
+                                                       engine=str(e))]
+
+    def violated(pod: str, engine: str = "0") -> dict:
+        return alert(I, "info", {"namespace": NS, "pod": pod, "model_name": PRO, "engine": engine},
                      "vLLM's speculative-decoding counters break their own invariants.",
-                     f"{where(pod, PRO)} reports accepted tokens that exceed its draft tokens or differ from the sum of "
-                     f"its per-position counts over 5m: a partial scrape or a broken producer.")
+                     f"Engine {engine} of {where(pod, PRO)} reports accepted tokens that exceed its draft tokens or differ "
+                     f"from the sum of its per-position counts: a partial scrape or a broken producer.")
     return group(
         "direct: counters that break vLLM's invariants",
         s,
@@ -839,7 +843,7 @@ def direct_invariant_group() -> dict:
             check(
                 "20m",
                 I,
-                [violated("pro-bad-producer"), violated("pro-pos-mismatch")],
+                [violated("pro-bad-producer"), violated("pro-one-of-eight", "7"), violated("pro-pos-mismatch")],
             ),
         ],
     )
