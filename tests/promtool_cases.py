@@ -858,6 +858,16 @@ def cost_group(v: str) -> dict:
     s = deployment(v, "cost-pro", PRO, [(PRO_BROKEN, 30)])
     s += deployment(v, "cost-served", SERVED, [(PRO_HEALTHY, 120), (PRO_BROKEN, 30)])
     s += deployment(v, "cost-none", "Unprofiled/Model", [(PRO_BROKEN, 150)])
+    # Attacked: an idle server (0.5 drafts/s) has no figure; a model with a busy server that has no
+    # reference (a k=3 pod of a served name whose history is at k=2) has no model figure.
+    s += deployment(v, "cost-idle", PRO, [(IDLE_BROKEN, 30)])
+    s += deployment(v, "cost-mixed-a", "Mixed/Model", [(PRO_HEALTHY, 150)])
+    s += deployment(v, "cost-mixed-b", "Mixed/Model", [("gone", 100), (mix(6590, [235, 5, 1]), 50)])
+    if v == "sidecar":
+        s += sidecar_gauges("cost-idle", PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
+        s += sidecar_gauges("cost-mixed-a", "Mixed/Model", 2, None, None)
+        b = {"namespace": NS, "pod": "cost-mixed-b", "model_name": "Mixed/Model", "job": "vllm-specdec-exporter", "target": "vllm"}
+        s.append(gauge("vllm_specdec_num_speculative_tokens", b, "_x100 3x50"))  # from its first poll
     if v == "sidecar":
         s += sidecar_gauges("cost-pro", PRO, 2, 2.27, "deepseek-v4-pro-mtp-k2")
         s += sidecar_gauges("cost-served", SERVED, 2, None, None) + sidecar_gauges("cost-none", "Unprofiled/Model", 2, None, None)
@@ -892,6 +902,12 @@ def cost_group(v: str) -> dict:
         # no profile and no full hour of history yet: no figure at all (not 1, not 0)
         expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-none'}}", "12m", []),
         expr(f"{model}decode_steps_wasted:ratio_rate5m{{model_name='Unprofiled/Model'}}", "12m", []),
+        expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-idle'}}", "20m", []),
+        expr(f"{model}decode_steps_wasted:ratio_rate5m{{model_name='Mixed/Model'}}", "90m",
+             [sample(f"{model}decode_steps_wasted:ratio_rate5m", 0, namespace=NS, model_name="Mixed/Model")]),
+        expr(f"{model}decode_steps_wasted:ratio_rate5m{{model_name='Mixed/Model'}}", "110m", []),
+        expr(f"{server}decode_steps_wasted:ratio_rate5m{{pod='cost-mixed-a'}}", "110m",
+             [sample(f"{server}decode_steps_wasted:ratio_rate5m", 0, namespace=NS, pod="cost-mixed-a", model_name="Mixed/Model")]),
         # ... and once its first full hour is history, a head broken from the start is its own reference:
         # nothing looks wasted (what VLLMSpecDecodeNoBaseline warns of: set an alias or a profile)
         expr(f"{server}decode_step_factor:ratio_rate5m{{pod='cost-none'}}", "140m",

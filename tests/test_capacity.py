@@ -25,7 +25,7 @@ def test_a_head_above_its_reference_wastes_nothing():
     c = capacity(2.70, 2.27, 2, COST)
     assert c.step_factor == pytest.approx(2.27 / 2.70) and c.wasted_share == 0.0
     assert c.healthy_tokens_per_second is None and not c.slower_than_off
-    assert "slower" not in describe(c)
+    assert describe(c) == ""  # nothing wasted, not slower: nothing to say
 
 
 @pytest.mark.parametrize("k, al", [(1, 1.05), (2, 1.10), (3, 1.15), (7, 1.35)])
@@ -43,3 +43,10 @@ def test_no_figure_without_a_reference_a_current_al_or_k(args):
 
 def test_an_idle_rate_is_not_a_figure():
     assert capacity(1.5, 2.0, 2, COST, drafts_per_second=math.nan).healthy_tokens_per_second is None
+
+
+def test_below_break_even_with_nothing_wasted_says_only_that():
+    # A profile at 1.0 (allowed) and AL 1.0 at k=2: no waste against it, but drafting does not pay.
+    c = capacity(1.0, 1.0, 2, COST)
+    assert describe(c) == ("speculative decoding is currently slower than no speculative decoding: "
+                           "consider turning it off until the head is fixed")

@@ -34,7 +34,7 @@ def test_zero_is_refused_as_not_positive(text):
 # One spelling (issue 32: three formatters became one): the largest unit that divides, as window
 # labels have always been spelled; 90 s was '1m30s' and 8 days '1w1d' in the landing page's query step.
 @pytest.mark.parametrize("seconds, text", [(300, "5m"), (90, "90s"), (3600, "1h"), (0.5, "500ms"), (86400 * 8, "8d"),
-                                           (1.5, "1500ms"), (180, "3m")])
+                                           (1.5, "1500ms"), (180, "3m"), (1000.001, "1000001ms"), (1234.567, "1234567ms")])
 def test_canonical_spelling(seconds, text):
     assert format_duration(seconds) == text
     assert parse_duration(format_duration(seconds)) == seconds

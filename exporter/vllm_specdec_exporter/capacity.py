@@ -61,6 +61,11 @@ SLOWER_THAN_OFF = (
 
 
 def describe(c: Capacity) -> str:
-    """One line for the health text and the report."""
-    text = f"decode needs {c.step_factor:.1f}x the steps of a healthy head: {c.wasted_share:.0%} of decode work wasted"
-    return f"{text}; {SLOWER_THAN_OFF}" if c.slower_than_off else text
+    """One line for the health text and the report: the waste where there is some (never
+    "0 % wasted"), and the break-even where drafting is below it; empty when neither."""
+    parts = []
+    if c.wasted_share >= 0.005:
+        parts.append(f"decode needs {c.step_factor:.1f}x the steps of a healthy head: {c.wasted_share:.0%} of decode work wasted")
+    if c.slower_than_off:
+        parts.append(SLOWER_THAN_OFF)
+    return "; ".join(parts)

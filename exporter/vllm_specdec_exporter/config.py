@@ -91,7 +91,7 @@ def format_duration(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
-    return f"{seconds * 1000:g}ms"
+    return f"{round(seconds * 1000)}ms"  # Prometheus takes whole milliseconds, never an exponent
 
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---

@@ -124,9 +124,8 @@ def _cost(al: float, profile: BaselineProfile | None, k: int, det: Detection) ->
     """What a fallen head costs, for a verdict's reason (capacity.py): against the profile where one
     matches; below the break-even, that drafting is slower than none, with or without one."""
     c = capacity.capacity(al, None if profile is None else profile.mean_acceptance_length, k, det.draft_step_cost)
-    # Not where it would read "0 % wasted" (a lagging engine beside a model at its profile).
-    if c is not None and (c.wasted_share >= 0.005 or c.slower_than_off):
-        return "; " + capacity.describe(c)
+    if c is not None and (text := capacity.describe(c)):
+        return "; " + text
     if k and al < capacity.break_even(k, det.draft_step_cost):
         return "; " + capacity.SLOWER_THAN_OFF
     return ""

@@ -35,7 +35,7 @@ LIMITS: dict[str, Limit] = {
     "health.position0_floor": Limit(0.0, 1.0),
     "health.degraded_fraction": Limit(0.0, 1.0),
     "health.engine_lag_fraction": Limit(0.0, 1.0),
-    "health.draft_step_cost": Limit(0.0, 1.0),
+    "health.draft_step_cost": Limit(0.0, 0.5),  # at 1 a step of k drafts would need AL k + 1 to pay
     "baselines.profiles[].k": Limit(1, config.MAX_K, integer=True),
     # AL = 1 + accepted / drafts <= k + 1 (checked per profile too).
     "baselines.profiles[].mean_acceptance_length": Limit(1.0, config.MAX_K + 1),

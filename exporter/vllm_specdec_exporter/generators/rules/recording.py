@@ -262,20 +262,27 @@ def _capacity(
     # Below it drafting costs more than it returns (config.Detection.draft_step_cost).
     record(slow, name(SERVER, "break_even_mean_acceptance_length", "max"), f"1 + {o.thresholds['draft_step_cost']} * {k}")
     drafts, accepted = name(SERVER, "drafts", f"rate{w}"), name(SERVER, "accepted_tokens", f"rate{w}")
-    for level, keep in ((SERVER, labels), (MODEL_LEVEL, mlabels)):
-        steps, tokens = name(level, "healthy_decode_steps", f"rate{w}"), name(level, "healthy_output_tokens", f"rate{w}")
-        d = name(level, "drafts", f"rate{w}")
-        if level == SERVER:
-            # The steps a healthy head would need for the same output (output / AL_healthy), and the
-            # output the same steps would give with it (drafts x AL_healthy).
-            record(fast, steps, f"({drafts} + {accepted}) / on({by(labels)}) {healthy}")
-            record(fast, tokens, f"{drafts} * on({by(labels)}) {healthy}")
-            now = drafts
-        else:  # sums before the ratio, over the servers that have a reference
-            record(fast, steps, f"sum by ({by(keep)}) ({name(SERVER, 'healthy_decode_steps', f'rate{w}')})")
-            record(fast, tokens, f"sum by ({by(keep)}) ({name(SERVER, 'healthy_output_tokens', f'rate{w}')})")
-            now = f"sum by ({by(keep)}) ({drafts} and on({by(labels)}) {healthy})"
-            d = now
+    # With traffic only (the alerts' floor): an idle server's few drafts are noise, not a cost.
+    busy = f"({drafts} > {o.thresholds['min_drafts_per_second']})"
+    server_steps, server_tokens = (
+        name(SERVER, "healthy_decode_steps", f"rate{w}"),
+        name(SERVER, "healthy_output_tokens", f"rate{w}"),
+    )
+    # The steps a healthy head would need for the same output (output / AL_healthy), and the output
+    # the same steps would give with it (drafts x AL_healthy).
+    record(fast, server_steps, f"({drafts} + {accepted}) / on({by(labels)}) {healthy}\nand on({by(labels)}) {busy}")
+    record(fast, server_tokens, f"{drafts} * on({by(labels)}) {healthy}\nand on({by(labels)}) {busy}")
+    # A model's figure only where every busy server of it has a reference (sums before the ratio):
+    # a model half at its profile and half broken with no reference would otherwise read healthy.
+    uncovered = f"unless on({by(mlabels)}) ({busy} unless on({by(labels)}) {healthy})"
+    model_steps, model_tokens = (
+        name(MODEL_LEVEL, "healthy_decode_steps", f"rate{w}"),
+        name(MODEL_LEVEL, "healthy_output_tokens", f"rate{w}"),
+    )
+    record(fast, model_steps, f"sum by ({by(mlabels)}) ({server_steps})\n{uncovered}")
+    record(fast, model_tokens, f"sum by ({by(mlabels)}) ({server_tokens})\n{uncovered}")
+    model_drafts = f"sum by ({by(mlabels)}) ({drafts} and on({by(labels)}) {server_steps})"
+    for level, d, steps in ((SERVER, drafts, server_steps), (MODEL_LEVEL, model_drafts, model_steps)):
         record(fast, name(level, "decode_step_factor", f"ratio_rate{w}"), f"{d} / ({steps} > 0)")
         record(fast, name(level, "decode_steps_wasted", f"ratio_rate{w}"), f"clamp_min(1 - {steps} / ({d} > 0), 0)")
 
