@@ -120,6 +120,7 @@ bench: $(STAMP) tools
 	$(PY) bench/bench_parse.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_sidecar.py
+	$(PY) bench/bench_landing.py
 	$(PY) bench/bench_fleet.py
 
 ## fuzz: the property-based tests of the parser, adapters and math with 100x the examples (~10 min)
