@@ -441,9 +441,16 @@ def dashboard(o: Options | None = None) -> Json:
             "Output tokens/s forgone",
             f"Output tokens per second the same decode steps would have produced with a healthy head "
             f"(drafts/s x AL healthy) minus what they produced (drafts + accepted tokens per second), per model over "
-            f"{span}: per server, floored at 0, then summed over the servers with a healthy reference. Assumes "
-            "the same batch composition. Bad: a large share of the model's output rate.",
-            targets((f"sum by ({BY}) (clamp_min({healthy_out} - {actual_out}, 0))", LEGEND)),
+            f"{span}: per server, floored at 0, then summed; none where a busy server of the model has no healthy "
+            "reference (as the model's recorded figure). Assumes the same batch composition. Bad: a large share of "
+            "the model's output rate.",
+            targets(
+                (
+                    f"sum by ({BY}) (clamp_min({healthy_out} - {actual_out}, 0)) and on({BY}) "
+                    f"{rule(NS, 'healthy_output_tokens', cw)}",
+                    LEGEND,
+                )
+            ),
             "short",
             min_=0,
         ),
