@@ -155,7 +155,10 @@ def test_a_decode_node_decaying_while_its_prefill_peer_stays_healthy():
             assert (s.model(0).health, s.model(0).health_causes) == ("unknown", ())
             await s.poll_until(T0 + DECAY + 1800)
             decode, prefill = s.model(1), s.model(0)
-            assert (decode.health, decode.health_reason) == ("collapsed", "mean acceptance length 1.053 < 1.1")
+            # issue 34: below the break-even at k=5 (1 + 0.05 x 5 = 1.25), drafting is slower than none
+            assert (decode.health, decode.health_reason) == (
+                "collapsed", "mean acceptance length 1.053 < 1.1; speculative decoding is currently slower than no "
+                "speculative decoding: consider turning it off until the head is fixed")
             assert [(h.cause, h.evidence) for h in decode.health_causes] == [
                 ("draft_head_garbage", "position 0 accepted in 4.5 % of drafts, on its only engine")]
             assert (prefill.health, prefill.health_reason, prefill.health_causes) == (
