@@ -35,7 +35,9 @@ BREAK_AT = 40  # the poll from which every engine's head is broken
 def payload(n: int, models: int, engines: int) -> bytes:
     """Cumulative counters after poll ``n``: 100,000 drafts per engine per poll."""
     d = 100_000
-    per = [sum(d * (HEALTHY if p < BREAK_AT else BROKEN)[i] for p in range(n + 1)) for i in range(K)]
+    # Whole tokens per position, and accepted as their sum: vLLM's own invariant (a rounded sum of
+    # the fractions was one over it, and every engine was judged on broken counters).
+    per = [int(sum(d * (HEALTHY if p < BREAK_AT else BROKEN)[i] for p in range(n + 1))) for i in range(K)]
     drafts = d * (n + 1)
     out = []
     for m in range(models):
@@ -44,9 +46,9 @@ def payload(n: int, models: int, engines: int) -> bytes:
             lab = f'engine="{e}",model_name="{model}"'
             out.append(
                 f"{V1}drafts_total{{{lab}}} {drafts}\n{V1}draft_tokens_total{{{lab}}} {K * drafts}\n"
-                f"{V1}accepted_tokens_total{{{lab}}} {int(sum(per))}\n"
+                f"{V1}accepted_tokens_total{{{lab}}} {sum(per)}\n"
             )
-            out += [f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {int(v)}\n' for i, v in enumerate(per)]
+            out += [f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v}\n' for i, v in enumerate(per)]
     return "".join(out).encode()
 
 
