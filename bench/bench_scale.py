@@ -15,8 +15,9 @@ from vllm_specdec_exporter import config as c
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.collector import SpecDecodeCollector
 from vllm_specdec_exporter.history import TargetHistory
+from vllm_specdec_exporter.scenarios import parse_scenario
 from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.simulate import Simulation, parse_scenario
+from vllm_specdec_exporter.simulate import Simulation
 from vllm_specdec_exporter.views import TargetView, history_windows, model_views
 
 SETTINGS = build_settings({}, {"urls": ["http://127.0.0.1:1/metrics"]})

@@ -18,8 +18,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 from vllm_specdec_exporter import logs
+from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.simulate import Simulation, load_scenario
+from vllm_specdec_exporter.simulate import Simulation
 from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 CLI = Path(sys.executable).parent / "vllm-specdec-exporter"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.simulate import Simulation, create_simulator_app, load_scenario
+from vllm_specdec_exporter.simulate import Simulation, create_simulator_app
 from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 

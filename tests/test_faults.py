@@ -18,8 +18,9 @@ import pytest
 from aiohttp import web
 from sidecar_harness import FakeClock, one, start, values
 from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.scenarios import load_scenario, parse_scenario
 from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.simulate import Simulation, load_scenario, parse_scenario
+from vllm_specdec_exporter.simulate import Simulation
 from vllm_specdec_exporter.web import POLLERS, create_app, start_site
 
 P = "vllm_specdec"

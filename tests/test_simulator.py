@@ -7,8 +7,9 @@ from conftest import run_cli
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_specdec_exporter.adapters import extract
 from vllm_specdec_exporter.derive import invariant_violations
+from vllm_specdec_exporter.scenarios import builtin_scenarios, load_scenario, parse_scenario
 from vllm_specdec_exporter.settings import ConfigError
-from vllm_specdec_exporter.simulate import Simulation, builtin_scenarios, load_scenario, parse_scenario
+from vllm_specdec_exporter.simulate import Simulation
 
 
 @pytest.mark.parametrize("name", builtin_scenarios())
