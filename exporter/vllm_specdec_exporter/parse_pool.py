@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from . import config
 from .adapters import NoSpecDecodeFamilies, UnsupportedProducer, extract
-from .history import admit
+from .admission import admit
 from .model import Counters, SeriesKey, Snapshot
 from .parser import NotPrometheusText, PayloadTooLarge, SeriesCache
 
@@ -64,7 +64,7 @@ class WorkerError(Exception):
 class Payload:
     """One poll's payload and what bounds its reading: the target it came from (its lane and
     series cache), the producer named for it, the engines it holds with when each was last
-    seen, and when its last poll was read (history.admit)."""
+    seen, and when its last poll was read (admission.admit)."""
 
     target: str
     body: bytes
