@@ -192,10 +192,10 @@ def test_the_landing_page_draws_each_models_hour_during_a_collapse():
 
 
 def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):
-    import vllm_specdec_exporter.web as web
+    import vllm_specdec_exporter.landing as landing
 
     built = []
-    monkeypatch.setattr(web, "_charts", lambda *a: built.append(1) or "<svg></svg>")
+    monkeypatch.setattr(landing, "_charts", lambda *a: built.append(1) or "<svg></svg>")
 
     async def go():
         async with harness("healthy") as h:
@@ -213,9 +213,9 @@ def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):
 
 
 def test_no_more_charts_than_the_cap(monkeypatch):
-    import vllm_specdec_exporter.web as web
+    import vllm_specdec_exporter.landing as landing
 
-    monkeypatch.setattr(web, "LANDING_CHARTS", 1)
+    monkeypatch.setattr(landing, "LANDING_CHARTS", 1)
 
     async def go():
         async with harness(["healthy", "demo"]) as h:  # two targets, the same model: two sections
