@@ -7,12 +7,13 @@ import grafanalib.core as g
 from .. import config as c
 from .. import metrics as m
 from .grafana import Json, Layout, bars, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
-from .rules.options import Options, base_window, name
+from .overview_cost import cost_row
+from .rules.options import MODEL_LEVEL, SERVER, Options, base_window, name
 from .rules.references import WINDOW_VARIABLE
 from .rules.registry import default_options
 
 UID = "vllm-specdec-overview"
-NS, POD, ENG = "namespace_model_name", "namespace_pod_model_name", "namespace_pod_model_name_engine"
+NS, POD, ENG = MODEL_LEVEL, SERVER, f"{SERVER}_engine"
 MODEL = c.LABEL_MODEL
 DIAGNOSIS = m.name("diagnosis_info")
 BELOW, ABOVE = m.name("request_acceptance_below_ratio"), m.name("request_acceptance_above_ratio")
@@ -192,55 +193,38 @@ def dashboard(o: Options | None = None) -> Json:
     )
 
     lay.row("Per position")
-    lay.add(
-        bars(
+    # The survival curve and the conditional acceptance, now (bars) and over time.
+    survival, conditional = ratio("position_acceptance_ratio"), ratio("position_conditional_acceptance_ratio")
+    position = f"{LEGEND} position {{{{position}}}}"
+    for title, about, expr in (
+        (
             "Per-position acceptance now",
             "Share of drafts with at least position+1 tokens accepted (a survival curve; "
             "it adds exactly that much to the acceptance length) over $window. Bad: position 0 near zero.",
-            targets((ratio("position_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}"), instant=True),
-            "percentunit",
-            RATE_STEPS,
+            survival,
         ),
-        6,
-        8,
-    )
-    lay.add(
-        bars(
+        (
             "Conditional acceptance now",
             "Acceptance at a position given the previous one was accepted, over $window: "
             "shows which position got worse. Bad: one position far below the others.",
-            targets((ratio("position_conditional_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}"), instant=True),
-            "percentunit",
-            RATE_STEPS,
+            conditional,
         ),
-        6,
-        8,
-    )
-    lay.add(
-        timeseries(
+    ):
+        lay.add(bars(title, about, targets((expr, position), instant=True), "percentunit", RATE_STEPS), 6, 8)
+    for title, about, expr in (
+        (
             "Per-position acceptance",
             "Survival per position over $window. Bad: position 0 collapsing; a last "
             "position that stays under 5 % wastes draft compute (a smaller k would do).",
-            targets((ratio("position_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}")),
-            "percentunit",
-            min_=0,
-            max_=1,
+            survival,
         ),
-        6,
-        8,
-    )
-    lay.add(
-        timeseries(
+        (
             "Conditional acceptance",
             "Conditional acceptance per position over $window. Bad: a step down at one position while the others hold.",
-            targets((ratio("position_conditional_acceptance_ratio"), f"{LEGEND} position {{{{position}}}}")),
-            "percentunit",
-            min_=0,
-            max_=1,
+            conditional,
         ),
-        6,
-        8,
-    )
+    ):
+        lay.add(timeseries(title, about, targets((expr, position)), "percentunit", min_=0, max_=1), 6, 8)
 
     lay.add(
         timeseries(
@@ -399,64 +383,7 @@ def dashboard(o: Options | None = None) -> Json:
         8,
     )
 
-    # What it costs (issue 34): the capacity rules, recorded over the shortest window only,
-    # against the healthy reference (the profile, else the model's best hour of the day).
-    cw = f"rate{base_window(o)}"
-    span = o.range(base_window(o))
-    server_legend = "{{" + PODL + "}} " + LEGEND
-    lay.row("What it costs")
-    lay.add(
-        timeseries(
-            "Decode steps wasted",
-            f"Share of decode steps (verification steps) per model spent re-doing what a healthy draft head would "
-            f"have produced: 1 - steps a healthy head would need / steps taken, over {span}, floored at 0; sums over "
-            "the servers before the ratio. Healthy: the profile's acceptance length where one matches, otherwise "
-            "the model's best hour of the day at the server's k; no line without a reference. Assumes the same "
-            "batch composition. Bad: tens of percent (DeepSeek-V4-Pro's broken head: 60 %).",
-            targets((rule(NS, "decode_steps_wasted", f"ratio_{cw}"), LEGEND)),
-            "percentunit",
-            min_=0,
-            max_=1,
-        ),
-        8,
-        8,
-    )
-    lay.add(
-        timeseries(
-            "Decode-step factor per server",
-            f"Decode steps needed for the same output against a healthy head (AL healthy / AL now) per server "
-            f"(pod), over {span}. The rules keep no per-engine figure: an engine's own cost is not shown here "
-            "(the Engines row shows its acceptance length). 1: as healthy. Bad: above 1.2; 2.5 means every token "
-            "takes 2.5 times the decode steps; under 1: above the reference.",
-            targets((rule(POD, "decode_step_factor", f"ratio_{cw}"), server_legend)),
-            "none",
-        ),
-        8,
-        8,
-    )
-    healthy_out = rule(POD, "healthy_output_tokens", cw)
-    actual_out = f"({rule(POD, 'drafts', cw)} + {rule(POD, 'accepted_tokens', cw)})"
-    lay.add(
-        timeseries(
-            "Output tokens/s forgone",
-            f"Output tokens per second the same decode steps would have produced with a healthy head "
-            f"(drafts/s x AL healthy) minus what they produced (drafts + accepted tokens per second), per model over "
-            f"{span}: per server, floored at 0, then summed; none where a busy server of the model has no healthy "
-            "reference (as the model's recorded figure). Assumes the same batch composition. Bad: a large share of "
-            "the model's output rate.",
-            targets(
-                (
-                    f"sum by ({BY}) (clamp_min({healthy_out} - {actual_out}, 0)) and on({BY}) "
-                    f"{rule(NS, 'healthy_output_tokens', cw)}",
-                    LEGEND,
-                )
-            ),
-            "short",
-            min_=0,
-        ),
-        8,
-        8,
-    )
+    cost_row(lay, o, rule, BY, LEGEND)
 
     return finalize(
         g.Dashboard(
