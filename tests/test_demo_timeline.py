@@ -13,7 +13,10 @@ in the 20 s window), and a restart with a fixed head at 160 s.
 (c) after the fixing restart no surface names a configuration change as the likely
     cause (the fall began 60 s before it);
 (d) at --speed 4 the exporter's windows are the scenario's divided by 4, so COLLAPSED
-    shows by 121 s of scenario time, as at speed 1.
+    shows by 121 s of scenario time, as at speed 1;
+(e) issue 34 item 6: at the collapse the frame gives the likely cause and the cost line (the
+    exporter's cost gauges), marks a degraded engine apart from a collapsed one, and while the
+    window straddles the fixing restart says "restarted N s ago", not "all 8 engines under 1.953".
 Plus the landing page: it refreshes itself and says when it was rendered.
 """
 
@@ -89,6 +92,7 @@ async def run_demo_timeline(speed: float, start_at: float, end_at: float, pages_
     exp_runner, exp_url = await start(app)
     timeline = Timeline(t, settings.health_window)
     wanted_pages = sorted(pages_at)
+    restarts = demo.Restarts()  # as run_demo keeps it across frames
     try:
         async with aiohttp.ClientSession() as session:
             clock.t += start_at / speed  # the scenario runs unobserved until then
@@ -109,7 +113,7 @@ async def run_demo_timeline(speed: float, start_at: float, end_at: float, pages_
                 info = tuple(s.labels["cause"] for s in parse(body).samples.get(
                     "vllm_specdec_diagnosis_info", []))
                 timeline.frames.append(Frame(
-                    sim.elapsed, demo.render_frame(body, sim.elapsed, sim_url, exp_url, t), mv.health,
+                    sim.elapsed, demo.render_frame(body, sim.elapsed, sim_url, exp_url, t, restarts), mv.health,
                     w.stats.mean_acceptance_length if w else None, tuple(h.cause for h in mv.health_causes), info))
                 if wanted_pages and sim.elapsed >= wanted_pages[0]:
                     async with session.get(exp_url + "/") as resp:
@@ -161,6 +165,59 @@ def check_restart_not_blamed(timeline: Timeline) -> None:
     assert {f.health for f in after} >= {"degraded", "ok"}  # the window still held the fall, then recovered
 
 
+def cells(f: Frame) -> dict[str, str]:
+    """The per-engine cells of a frame: engine -> its AL with its mark ("1.04!", "1.82~")."""
+    line = next((ln for ln in f.text.splitlines() if ln.startswith("  per engine AL")), None)
+    assert line is not None, (f.t, f.text)
+    return dict(c.split(":") for c in line.split("(")[0].split()[3:])
+
+
+def check_cause_cost_marks_and_restart(timeline: Timeline, whole: bool = True) -> None:
+    """(e) Figures by hand. At the collapse the AL is 1.035-1.037 (position 0 at 3.57 %, 1 at
+    0.08 %) against the profile's 2.27: 2.27 / 1.036 = 2.19x the decode steps, 1 - 1.036 / 2.27
+    = 54 % wasted, under the break-even 1 + 0.05 x k=2 = 1.100. ``whole``: the timeline has
+    the healthy start and the restart (0-200 s)."""
+    collapse = timeline.between(125, 159)
+    assert collapse
+    for f in collapse:
+        assert "likely cause (a hint; the evidence is on the landing page): the draft head produces garbage" in f.text, f.text
+        assert "  decode cost  2.19x the decode steps of a healthy head (profile AL 2.27): 54 % of decode work wasted\n" in f.text, f.text
+        assert ("AL 1.03" in f.text and "is under the break-even 1.100: speculative decoding is currently slower than no "
+                "speculative decoding") in f.text, f.text
+        assert set(cells(f).values()) <= {"1.03!", "1.04!"} and "(! collapsed)" in f.text, cells(f)
+    # From 100 s every head is broken: 10 s in (110 s), the seven engines that were healthy
+    # read (2.611 + 1.036) / 2 = 1.82 over the 20 s window, under 1.953 but far from collapsed:
+    # marked degraded (~), engine 5 collapsed (!).
+    for f in timeline.between(110, 118):
+        c = cells(f)
+        assert c.pop("5").endswith("!") and all(v.endswith("~") for v in c.values()), (f.t, cells(f))
+        assert "(! collapsed, ~ degraded)" in f.text
+    assert {cells(f)["0"] for f in timeline.between(110, 110)} == {"1.82~"}
+    # Engine 5 alone, 8-18 s into its fall: degraded (~), not collapsed (!), the others unmarked.
+    for f in timeline.between(48, 58):
+        c = cells(f)
+        assert c.pop("5").endswith("~") and not any(v.endswith(("~", "!")) for v in c.values()), (f.t, cells(f))
+    if not whole:
+        return
+    # Healthy: nothing wasted, no cause, no mark (AL 2.61 over the profile's 2.27).
+    assert timeline.between(20, 40)
+    for f in timeline.between(20, 40):
+        assert "decode cost  no decode steps wasted: AL 2.61" in f.text and "likely cause" not in f.text, f.text
+        assert set(cells(f).values()) == {"2.61"}, cells(f)
+    # The fixing restart at 160 s: first counted by the 161 s frame, dated by the frame before
+    # (160 s); until 180 s the 20 s window holds counters from before it.
+    straddle = timeline.between(161, 179)
+    assert straddle
+    for f in straddle:
+        line = f.health_line
+        ago = f.t - 160
+        assert f"all 8 engines restarted {ago:.0f} s ago: the window still holds {20 - ago:.0f} s from before the restart" in line, (f.t, line)
+        assert "under 1.953" not in line, (f.t, line)
+    assert all("restarted" not in f.text for f in timeline.between(180, 200))
+    assert all("restarted" not in f.text for f in timeline.between(0, 160))
+    assert all(v.endswith("~") for v in cells(timeline.between(165, 165)[0]).values())  # 1.45: degraded, not collapsed
+
+
 def test_timing_scales_windows_poll_and_refresh_with_speed():
     one = demo.timing(1)
     assert one.windows == ("20s", "1m", "5m") and one.poll_seconds == 1.0 and one.refresh_seconds == 2.0
@@ -182,6 +239,7 @@ def test_the_demo_timeline_at_speed_1(monkeypatch):
     check_all_falling_engines_named(timeline)
     check_never_ok_under_the_threshold(timeline)
     check_restart_not_blamed(timeline)
+    check_cause_cost_marks_and_restart(timeline)
     # The timeline the scenario describes, and the state at each phase.
     assert all(f.state == "OK" and "engine" not in f.health_line for f in timeline.between(1, 40))
     assert all("engine 5" in f.health_line for f in timeline.between(42, 100))
@@ -208,6 +266,7 @@ def test_the_demo_timeline_at_speed_4_is_the_same_in_scenario_time(monkeypatch):
     assert "figures and health over the last 20s (exporter window 5s at --speed 4)" in timeline.frames[-1].text
     check_all_falling_engines_named(timeline)
     check_never_ok_under_the_threshold(timeline)
+    check_cause_cost_marks_and_restart(timeline, whole=False)  # from 38 s to 162 s
     collapsed = [f.t for f in timeline.frames if f.state == "COLLAPSED"]
     assert collapsed and 119 <= collapsed[0] <= 122, collapsed[:3]
     assert all(f.state == "COLLAPSED" for f in timeline.between(122, 160))

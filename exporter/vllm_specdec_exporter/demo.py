@@ -20,10 +20,11 @@ import aiohttp
 from aiohttp import web
 
 from . import config, metrics
+from .diagnosis import CAUSE_TEXT
 from .errors import ConfigError
 from .model import engine_order
 from .parser import Sample, parse
-from .render import _safe, bar
+from .render import _safe, bar, cost_text
 from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app, load_scenario
 from .web import create_app, start_site
@@ -55,8 +56,13 @@ WANTED = [
         "num_speculative_tokens",
         "engine_mean_acceptance_length",
         "up",
+        "decode_step_factor_ratio",
+        "decode_steps_wasted_ratio",
+        "break_even_mean_acceptance_length",
+        "diagnosis_info",
     )
-]
+] + [metrics.sample("exporter_engine_restarts")]
+COLLAPSED_MARK, DEGRADED_MARK = "!", "~"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,33 @@ def demo_settings(sim_url: str, listen_address: str, t: Timing) -> Settings:
     )
 
 
+@dataclass(slots=True)
+class Restarts:
+    """The engine restarts the view saw the exporter count. /metrics tells no restart's time, only
+    how many (exporter_engine_restarts_total, per target, one per engine restarted): a rise is
+    dated by the last frame before it (the restart came after that frame's poll, give or take
+    the poll that confirms it), so "N s ago" is within a refresh of the truth. What the counter
+    held when the view started is no restart the view saw."""
+
+    count: float | None = None
+    last: float | None = None  # scenario seconds of the last frame that read the counter
+    at: float | None = None  # the last rise's date: the frame before the one that showed it
+    engines: int = 0  # engine restarts in that rise
+
+    def see(self, count: float | None, elapsed: float) -> None:
+        if count is None:
+            return
+        if self.count is not None and self.last is not None and count > self.count:
+            self.at, self.engines = self.last, round(count - self.count)
+        self.count, self.last = count, elapsed
+
+    def within(self, elapsed: float, seconds: float) -> float | None:
+        """Seconds since the last restart seen, while it is within the last ``seconds``."""
+        if self.at is None or not 0 <= elapsed - self.at < seconds:
+            return None
+        return elapsed - self.at
+
+
 async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -133,7 +166,11 @@ def _engines_named(states: dict[str, str], total: int) -> str:
     return (f"all {total} engines: " if len(states) == total > 1 else "") + "; ".join(parts)
 
 
-def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t: Timing | None = None) -> str:
+def render_frame(
+    body: bytes, elapsed: float, sim_url: str, exporter_url: str, t: Timing | None = None, restarts: Restarts | None = None
+) -> str:
+    """One frame from the exporter's /metrics ``body``; ``restarts``: what the earlier frames saw
+    of the restart counter (run_demo keeps one), updated by this one."""
     t = t or timing()
     exp = parse(body, WANTED)
 
@@ -145,6 +182,10 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
             if all(s.labels.get(k) == v for k, v in match.items() if v is not None)
         ]
 
+    def first(name: str, model: str, window: str | None = None) -> float | None:
+        found = values(name, model, window)
+        return found[0].value if found and not math.isnan(found[0].value) else None
+
     lines = [
         f"vllm-specdec-exporter live demo   t={elapsed:5.0f} s"
         + (f"   (--speed {t.speed:g}: scenario seconds)" if t.speed != 1 else ""),
@@ -154,31 +195,52 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
     up = values("up")
     if up and up[0].value != 1.0:
         lines.append("  target down")
+    restart_counts = exp.samples.get(metrics.sample("exporter_engine_restarts"), [])
+    restarts = restarts if restarts is not None else Restarts()
+    restarts.see(sum(s.value for s in restart_counts) if restart_counts else None, elapsed)
+    # The shown window straddles the last restart seen: its figures mix the heads on both sides.
+    since_restart = restarts.within(elapsed, SCENARIO_WINDOWS[0])
     over = f"the last {t.scenario_window}" + (f" (exporter window {t.shown} at --speed {t.speed:g})" if t.speed != 1 else "")
     for k_sample in values("num_speculative_tokens"):
         model, k = k_sample.labels[config.LABEL_MODEL], int(k_sample.value)
         state = next((s.labels[metrics.name("health")] for s in values("health", model) if s.value == 1.0), "-")
-        al = values("mean_acceptance_length", model, t.shown)
+        al = first("mean_acceptance_length", model, t.shown)
         base = values("baseline_mean_acceptance_length", model)
         # The verdict's own threshold: degraded under 1 + degraded_fraction x (baseline - 1).
         floor = config.degraded_floor(t.degraded_fraction, base[0].value) if base else None
         engines = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.shown)}
         before = {s.labels[config.LABEL_ENGINE]: s.value for s in values("engine_mean_acceptance_length", model, t.against)}
-        named = {
+        verdicts = {
             s.labels[config.LABEL_ENGINE]: s.labels[metrics.name("engine_health")]
             for s in values("engine_health", model)
-            if s.value == 1.0 and s.labels[metrics.name("engine_health")] in ("collapsed", "degraded")
+            if s.value == 1.0
         }
+        named = {e: state for e, state in verdicts.items() if state in ("collapsed", "degraded")}
+        every_engine_restarted = since_restart is not None and restarts.engines >= len(engines) > 0
         for engine, v in engines.items():
-            if engine in named or math.isnan(v):
+            # Across a restart of every engine the window's AL mixes the broken head with the
+            # fixed one: "under" or "falling" would blame the engines for what the restart ended.
+            if engine in named or math.isnan(v) or every_engine_restarted:
                 continue
             if floor is not None and v < floor:
                 named[engine] = f"under {floor:.3f}"
             elif engine in before and v - 1 < FALLING * (before[engine] - 1):
                 named[engine] = "falling"
-        why = f"  ({_engines_named(named, len(engines))})" if named else ""
+        parts = [_engines_named(named, len(engines))] if named else []
+        if since_restart is not None:
+            n = restarts.engines
+            who = f"all {n} engines" if every_engine_restarted and n > 1 else f"{n} engine{'s' if n != 1 else ''}"
+            parts.append(
+                f"{who} restarted {since_restart:.0f} s ago: the window still holds "
+                f"{SCENARIO_WINDOWS[0] - since_restart:.0f} s from before the restart"
+            )
+        why = f"  ({'; '.join(parts)})" if parts else ""
         drafts = values("window_drafts", model, t.shown)
         lines.append(f"model {_safe(model)}   k={k}   figures and health over {over}   health: {state.upper()}{why}")
+        causes = [s.labels["cause"] for s in values("diagnosis_info", model) if s.value == 1.0]
+        if causes:  # the landing page gives each one's evidence; /metrics names the cause
+            texts = "; or ".join(CAUSE_TEXT.get(c, _safe(c, 40)) for c in causes)
+            lines.append(f"  likely cause (a hint; the evidence is on the landing page): {texts}")
         # The threshold the verdict uses, not the profile's AL: OK at 2.1 under a profile of 2.27 is right.
         against = (
             f"healthy from {floor:.3f} = 1 + {t.degraded_fraction:g} x (profile {base[0].value:.2f} - 1)"
@@ -186,22 +248,51 @@ def render_frame(body: bytes, elapsed: float, sim_url: str, exporter_url: str, t
             else "no baseline profile"
         )
         lines.append(
-            f"  mean acceptance length  {al[0].value if al else float('nan'):6.3f}   {against}"
+            f"  mean acceptance length  {al if al is not None else float('nan'):6.3f}   {against}"
             f"   ceiling {k + 1:.2f}   drafts in window {drafts[0].value if drafts else 0:,.0f}"
         )
+        # The exporter's own cost gauges over the shown window (capacity.py), against the profile.
+        break_even = first("break_even_mean_acceptance_length", model)
+        cost, *more = cost_text(
+            first("decode_step_factor_ratio", model, t.shown),
+            first("decode_steps_wasted_ratio", model, t.shown),
+            base[0].value if base else None,
+            al,
+            break_even,
+            None if al is None else (break_even is not None and al < break_even),
+            "profile AL {}",
+            "too few drafts in the window",
+        )
+        lines.append(f"  decode cost  {cost}")
+        lines += [f"               {part}" for part in more]
         for pos in range(k):
             p = values("position_acceptance_ratio", model, t.shown, str(pos))
             frac = p[0].value if p else None
             lines.append(f"  position {pos}  {bar(frac)}  {'-' if frac is None else f'{100 * frac:5.1f} %'}")
         if engines:
+            marks = {e: _mark(v, verdicts.get(e), floor) for e, v in engines.items()}
             cells = [
-                f"{_safe(e, 24)}:{v:.2f}{'!' if v - 1 < config.DEFAULT_COLLAPSE_MARGIN else ''}"
-                for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))
+                f"{_safe(e, 24)}:{v:.2f}{marks[e]}" for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))
             ]  # any label string
-            lines.append("  per engine AL  " + "  ".join(cells))
+            legend = [
+                f"{m} {word}" for m, word in ((COLLAPSED_MARK, "collapsed"), (DEGRADED_MARK, "degraded")) if m in marks.values()
+            ]
+            lines.append("  per engine AL  " + "  ".join(cells) + (f"   ({', '.join(legend)})" if legend else ""))
         lines.append("")
     lines.append("Ctrl-C stops both.")
     return "\n".join(lines)
+
+
+def _mark(al: float, verdict: str | None, floor: float | None) -> str:
+    """An engine's mark: collapsed (its head adds next to nothing, or the sidecar's verdict says
+    so), else degraded (the sidecar's verdict, or under the model's degraded threshold)."""
+    if math.isnan(al):
+        return ""
+    if verdict == "collapsed" or al - 1 < config.DEFAULT_COLLAPSE_MARGIN:
+        return COLLAPSED_MARK
+    if verdict == "degraded" or (floor is not None and al < floor):
+        return DEGRADED_MARK
+    return ""
 
 
 async def run_demo(
@@ -223,6 +314,7 @@ async def run_demo(
     settings = demo_settings(sim_url, f"127.0.0.1:{exporter_port}", t)
     exp_runner, exporter_url = await _start(create_app(settings), "127.0.0.1", exporter_port)
     tty = sys.stdout.isatty()
+    restarts = Restarts()
     started = time.monotonic()
     print(
         f"simulator: {sim_url}/metrics\nexporter:  {exporter_url}/   {exporter_url}/metrics   "
@@ -234,7 +326,7 @@ async def run_demo(
             while not stop.is_set():
                 async with session.get(f"{exporter_url}/metrics") as resp:
                     body = await resp.read()
-                frame = render_frame(body, simulation.elapsed, sim_url, exporter_url, t)
+                frame = render_frame(body, simulation.elapsed, sim_url, exporter_url, t, restarts)
                 print(("\x1b[H\x1b[2J" if tty else "\n") + frame, flush=True)
                 if duration is not None and time.monotonic() - started >= duration:
                     break

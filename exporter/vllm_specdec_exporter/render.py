@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import config
+from . import capacity, config
 from .diagnosis import CAUSE_TEXT
 
 
@@ -87,6 +87,19 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         else:  # two lines: each line is escaped, so a newline inside one printed as a literal \n
             lines.append("  baseline profile        none for this name: a head partly broken from the start reads as healthy")
             lines.append("                          (the sidecar also looks up vLLM's /v1/models root and baselines.aliases)")
+    if (cost := entry.get("cost")) is not None:  # report and diff: against the profile (no history here)
+        first, *rest = cost_text(
+            cost["decode_step_factor_ratio"],
+            cost["decode_steps_wasted_ratio"],
+            cost["healthy_mean_acceptance_length"],
+            s["mean_acceptance_length"],
+            cost["break_even_mean_acceptance_length"],
+            cost["below_break_even"],
+            "profile AL {}; no history in the CLI",
+            f"{_num(s['num_drafts'])} drafts, under the {config.DEFAULT_MIN_DRAFTS} a figure needs",
+        )
+        lines.append(f"  decode cost             {first}")
+        lines += [f"                          {part}" for part in rest]
     if (ra := s.get("request_acceptance")) is not None:
         lines += ["", *_request_lines(ra)]
     if entry.get("diagnosis"):
@@ -104,6 +117,40 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
                 f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(e, s)}"
             )
     return lines
+
+
+def cost_text(
+    factor: float | None,
+    wasted: float | None,
+    healthy: float | None,
+    al: float | None,
+    break_even: float | None,
+    below: bool | None,
+    reference: str,
+    too_few: str,
+) -> list[str]:
+    """What the head costs in decode steps (capacity.py's figures, as the sidecar exports them:
+    ``factor`` healthy AL / AL, ``wasted`` 1 - AL / healthy AL), then, below the break-even, that
+    drafting is slower than none: one or two parts, for report, diff and the demo alike.
+    ``reference``: what the healthy AL is, "{}" where it goes ("profile AL {}"); ``too_few``: why
+    there is no figure when ``below`` is None. Never a fake 0: without a healthy reference the
+    cost is unknown, and too few drafts give no figure."""
+    if below is None:  # too few drafts (or no AL) for any figure
+        return [f"no figure: {too_few}"]
+    if healthy is None:
+        first = "unknown: no baseline profile, so no healthy AL to count wasted decode steps against"
+    elif factor is None or wasted is None:
+        first = "unknown"
+    elif factor <= 1:
+        first = f"no decode steps wasted: AL {_fix(al)} is at or above the healthy AL ({reference.format(f'{healthy:g}')})"
+    else:
+        first = (
+            f"{factor:.2f}x the decode steps of a healthy head ({reference.format(f'{healthy:g}')}): "
+            f"{100 * wasted:.0f} % of decode work wasted"
+        )
+    if not below:
+        return [first]
+    return [first, f"AL {_fix(al)} is under the break-even {_fix(break_even)}: {capacity.SLOWER_THAN_OFF}"]
 
 
 def _request_lines(ra: dict[str, Any]) -> list[str]:
