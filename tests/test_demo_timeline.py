@@ -273,3 +273,68 @@ def test_the_demo_timeline_at_speed_4_is_the_same_in_scenario_time(monkeypatch):
     assert all("engine 5" not in f.health_line for f in timeline.between(38, 40))
     assert all(f.state == "DEGRADED" and "(engine 5 degraded)" in f.health_line for f in timeline.between(48, 59))
     assert all(f.state == "DEGRADED" and "(engine 5 collapsed)" in f.health_line for f in timeline.between(62, 100))
+
+
+def exposition(restarts: float, profile: bool = True, al: float | None = 1.036, health: str = "collapsed",
+               engines: dict[str, tuple[float, str]] | None = None) -> bytes:
+    """A /metrics body with what the demo view reads, written out by hand (one model, k=2,
+    the 20s window): AL 1.036 against the profile's 2.27 gives 2.27 / 1.036 = 2.19x and
+    1 - 1.036 / 2.27 = 54 % wasted, under the break-even 1 + 0.05 x 2 = 1.1."""
+    m = 'target="demo",model_name="m"'
+    engines = engines if engines is not None else {"0": (1.036, "collapsed"), "1": (1.5, "degraded"), "2": (2.5, "ok")}
+    lines = [
+        'vllm_specdec_up{target="demo"} 1',
+        f'vllm_specdec_exporter_engine_restarts_total{{target="demo"}} {restarts}',
+        f"vllm_specdec_num_speculative_tokens{{{m}}} 2",
+        f"vllm_specdec_break_even_mean_acceptance_length{{{m}}} 1.1",
+        f'vllm_specdec_health{{{m},vllm_specdec_health="{health}"}} 1',
+        f'vllm_specdec_diagnosis_info{{{m},cause="draft_head_garbage"}} 1',
+        f'vllm_specdec_window_drafts{{{m},window="20s"}} {6400 if al is not None else 40}',
+    ]
+    if profile:
+        lines.append(f'vllm_specdec_baseline_mean_acceptance_length{{{m},profile="p"}} 2.27')
+    if al is not None:
+        lines.append(f'vllm_specdec_mean_acceptance_length{{{m},window="20s"}} {al}')
+        if profile:
+            lines.append(f'vllm_specdec_decode_step_factor_ratio{{{m},window="20s"}} {2.27 / al}')
+            lines.append(f'vllm_specdec_decode_steps_wasted_ratio{{{m},window="20s"}} {max(0.0, 1 - al / 2.27)}')
+    for e, (e_al, state) in engines.items():
+        lines.append(f'vllm_specdec_engine_mean_acceptance_length{{{m},engine="{e}",window="20s"}} {e_al}')
+        lines.append(f'vllm_specdec_engine_health{{{m},engine="{e}",vllm_specdec_engine_health="{state}"}} 1')
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_the_frame_gives_the_cause_the_cost_the_marks_and_a_restart_in_the_window():
+    """(e) on hand-written /metrics: the same points without the simulator."""
+    restarts = demo.Restarts()
+
+    def frame(body: bytes, at: float) -> str:
+        return demo.render_frame(body, at, "http://sim", "http://exp", demo.timing(1), restarts)
+
+    text = frame(exposition(0), 100)
+    assert "likely cause (a hint; the evidence is on the landing page): the draft head produces garbage" in text
+    assert "  decode cost  2.19x the decode steps of a healthy head (profile AL 2.27): 54 % of decode work wasted\n" in text
+    assert ("               AL 1.036 is under the break-even 1.100: speculative decoding is currently slower than no "
+            "speculative decoding: consider turning it off until the head is fixed\n") in text
+    assert "  per engine AL  0:1.04!  1:1.50~  2:2.50   (! collapsed, ~ degraded)" in text
+    assert "restarted" not in text  # the count the view started with is no restart it saw
+    # The counter rises by 3 (every engine) between the frames at 102 and 104: dated 102.
+    assert "restarted" not in frame(exposition(0), 102)
+    text = frame(exposition(3, health="degraded"), 104)
+    assert "health: DEGRADED  (engine 0 collapsed; engine 1 degraded; all 3 engines restarted 2 s ago: the window still " \
+           "holds 18 s from before the restart)" in text, text
+    assert "restarted 19 s ago" in frame(exposition(3), 121)
+    assert "restarted" not in frame(exposition(3), 122)  # the window is past it
+    # One restart of three engines: not "all"; the engines under the threshold are still named.
+    text = frame(exposition(4, health="degraded", engines={"0": (1.9, "ok"), "1": (2.5, "ok"), "2": (2.5, "ok")}), 124)
+    assert "(engine 0 under 1.953; 1 engine restart 2 s ago: the window still holds 18 s from before the restart)" in text
+    assert "0:1.90~  1:2.50  2:2.50   (~ degraded)" in text
+    # No profile: the cost unknown, never 0 %; the break-even still said. Too few drafts: no figure.
+    text = frame(exposition(4, profile=False), 126)
+    assert "  decode cost  unknown: no baseline profile, so no healthy AL to count wasted decode steps against\n" in text
+    assert "AL 1.036 is under the break-even 1.100" in text and "% of decode work wasted" not in text
+    text = frame(exposition(4, al=None), 128)
+    assert "  decode cost  no figure: too few drafts in the window\n" in text
+    # At or above the profile: nothing wasted.
+    text = frame(exposition(4, al=2.6, health="ok", engines={"0": (2.6, "ok")}), 130)
+    assert "  decode cost  no decode steps wasted: AL 2.600 is at or above the healthy AL (profile AL 2.27)\n" in text

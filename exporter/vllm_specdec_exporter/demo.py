@@ -229,9 +229,13 @@ def render_frame(
         parts = [_engines_named(named, len(engines))] if named else []
         if since_restart is not None:
             n = restarts.engines
-            who = f"all {n} engines" if every_engine_restarted and n > 1 else f"{n} engine{'s' if n != 1 else ''}"
+            # The counter is the target's: "all" when it rose by at least the model's engines.
+            if every_engine_restarted:
+                who = f"all {len(engines)} engines restarted" if len(engines) > 1 else "its engine restarted"
+            else:
+                who = f"{n} engine restart{'s' if n != 1 else ''}"
             parts.append(
-                f"{who} restarted {since_restart:.0f} s ago: the window still holds "
+                f"{who} {since_restart:.0f} s ago: the window still holds "
                 f"{SCENARIO_WINDOWS[0] - since_restart:.0f} s from before the restart"
             )
         why = f"  ({'; '.join(parts)})" if parts else ""

@@ -140,7 +140,7 @@ def cost_text(
     if healthy is None:
         first = "unknown: no baseline profile, so no healthy AL to count wasted decode steps against"
     elif factor is None or wasted is None:
-        first = "unknown"
+        first = "unknown: no figure from these counters"
     elif factor <= 1:
         first = f"no decode steps wasted: AL {_fix(al)} is at or above the healthy AL ({reference.format(f'{healthy:g}')})"
     else:
