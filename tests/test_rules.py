@@ -60,6 +60,33 @@ def test_alert_names_severities_and_annotations():
     assert sidecar["VLLMSpecDecodeAcceptanceCollapsed"]["labels"]["severity"] == "critical"
 
 
+COSTED = {"VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast",
+          "VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeAcceptanceDropped"}
+
+
+@pytest.mark.parametrize("filename", ["rules.yaml", "rules-vllm-direct.yaml"])
+def test_collapse_pages_and_degradation_tickets_say_what_the_head_costs(filename):
+    """Issue 34 item 3: the collapse pages and the degradation tickets (and only they) read the recorded
+    per-server cost and break-even for the alert's own server, on every label the alert carries
+    (promtool's suites check the expanded text, figures written by hand)."""
+    alerts = alerts_in(ALERTS / filename)
+    labels = ["cluster", "namespace", "pod", *(["target"] if filename == "rules.yaml" else []), "model_name"]
+    sel = "{" + ",".join(f"{k}=%q" for k in labels) + "}"
+    args = " ".join(f"$labels.{k}" for k in labels)
+    server = "namespace_pod_model_name:vllm_specdec_"
+    for name, rule in alerts.items():
+        text = rule["annotations"]["description"]
+        assert ("| query" in text) == (name in COSTED), name
+        if name not in COSTED:
+            continue
+        assert f'printf "100 * {server}decode_steps_wasted:ratio_rate5m{sel}" {args} | query' in text, name
+        assert f'printf "{server}decode_step_factor:ratio_rate5m{sel}" {args} | query' in text, name
+        assert (f'printf "{server}mean_acceptance_length:ratio_rate5m{sel} < {server}break_even_mean_acceptance_length'
+                f':max{sel}" {args} {args} | query') in text, name
+        assert "{{ else }} Cost unknown: no healthy reference" in text, name
+        assert "slower than no speculative decoding: consider turning it off until the head is fixed." in text, name
+
+
 def test_classifier_and_promtool_give_the_same_verdicts():
     """One source of truth: each VERDICT_CASES series goes through promtool (the suites
     assert the hand-written alerts) and here through the sidecar's classifier, which must
@@ -72,14 +99,14 @@ def test_classifier_and_promtool_give_the_same_verdicts():
         assert (matched.name, matched.mean_acceptance_length) == profile if profile else matched is None, pod
         got = judge(window, 300.0, matched, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
         assert got.state == verdict, (pod, got)
-        names = {a for a, _, _ in alerts}
+        names = {a for a, *_ in alerts}
         assert (got.state == "collapsed") == ("VLLMSpecDecodeAcceptanceCollapsed" in names), pod
         assert (got.state == "degraded") == bool(names - {"VLLMSpecDecodeAcceptanceCollapsed"}), pod
         # Synthetic load and every partial degradation warn; only a collapse pages.
         if got.state != "collapsed":
             assert not names & (promtool_cases.CRITICAL - {"VLLMSpecDecodeEngineCollapsed"}), pod
         for engine, state in got.engines.items():
-            flagged = {e for a, e, _ in alerts if a in ("VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging")}
+            flagged = {e for a, e, *_ in alerts if a in ("VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeEngineLagging")}
             assert (state in ("collapsed", "degraded")) == (engine in flagged), (pod, engine, state)
     assert {v for *_, v, _ in promtool_cases.VERDICT_CASES} == {"ok", "degraded", "idle", "unknown"}
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ... import config as c
 from ... import metrics as m
+from ...capacity import SLOWER_THAN_OFF
 from ...health import NO_BASELINE
 from .options import (
     DAY,
@@ -17,9 +18,11 @@ from .options import (
     K_LEVEL,
     K_SERVER,
     MODEL_LEVEL,
+    SERVER,
     SIDECAR,
     Options,
     Source,
+    base_window,
     by,
     levels,
     minus,
@@ -124,12 +127,53 @@ def context(src: Source, o: Options) -> X:
     )
 
 
+def _server_query(x: X, promql: str) -> str:
+    """A query template reading ``promql`` (recorded names, each followed by ``{SEL}``) for the
+    alert's own server: each {SEL} becomes a matcher on every label of the alert's level (from the
+    options), filled from the alert's $labels. An absent label (no cluster, a static scrape without
+    a pod) matches as "", as it does in PromQL."""
+    keys = x.lv[c.ALERT_LEVEL]
+    sel = "{" + ",".join(f"{k}=%q" for k in keys) + "}"
+    args = " ".join([f"$labels.{k}" for k in keys] * promql.count("{SEL}"))
+    return f'printf "{promql.replace("{SEL}", sel)}" {args} | query'
+
+
+# Cost wording: capacity.describe's figures (the step factor, the wasted share, the break-even) as
+# the pages and tickets say them; nothing where nothing is wasted, as there.
+COST_UNKNOWN = "Cost unknown: no healthy reference (no baseline profile, nor an hour of history at this k)."
+
+
+def cost(x: X) -> str:
+    """What the head costs, appended to the collapse pages' and degradation tickets' descriptions
+    (issue 34): the recorded per-server figures (recording._capacity, the same series the dashboard
+    shows), read by Prometheus's alert-template query function. A template is expanded only when
+    its alert is evaluated and firing or pending, once per alert per evaluation: a few instant
+    reads of one server's recorded series, cheap beside the rules themselves. No healthy reference
+    (no profile, no history at this k): no figure, and it says so; below the break-even (drafting k
+    tokens costs more than it returns) it says to turn speculative decoding off."""
+    w = base_window(x.o)
+    factor = name(SERVER, "decode_step_factor", f"ratio_rate{w}")
+    wasted = name(SERVER, "decode_steps_wasted", f"ratio_rate{w}")
+    al = name(SERVER, "mean_acceptance_length", f"ratio_rate{w}")
+    even = name(SERVER, "break_even_mean_acceptance_length", "max")
+    slower = SLOWER_THAN_OFF[:1].upper() + SLOWER_THAN_OFF[1:]
+    return (
+        f"{{{{ with {_server_query(x, f'100 * {wasted}{{SEL}}')} }}}}"
+        f"{{{{ $wasted := first . | value }}}}{{{{ if ge $wasted 0.5 }}}}"
+        f"{{{{ with {_server_query(x, f'{factor}{{SEL}}')} }}}}"
+        f' Decode needs {{{{ first . | value | printf "%.1f" }}}}x the steps of a healthy head: '
+        f'{{{{ $wasted | printf "%.0f" }}}} % of decode work wasted.{{{{ end }}}}{{{{ end }}}}'
+        f"{{{{ else }}}} {COST_UNKNOWN}{{{{ end }}}}"
+        f"{{{{ with {_server_query(x, f'{al}{{SEL}} < {even}{{SEL}}')} }}}} {slower}.{{{{ end }}}}"
+    )
+
+
 def collapsed(x: X) -> tuple[str, str]:
     return (
         f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
         f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w} (1.0 means no draft '
         f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
-        f"suspect the draft head (quantised conversion, loader) or draft sampling.",
+        f"suspect the draft head (quantised conversion, loader) or draft sampling.{cost(x)}",
     )
 
 
@@ -144,7 +188,7 @@ def collapsed_fast(x: X) -> tuple[str, str]:
         f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over the last '
         f"{c.ALERT_FAST_COLLAPSE_RANGE} with at least {x.t['fast_collapse_min_drafts_per_second']} drafts/s: "
         f"enough drafts to make it certain. Decoding runs at non-speculative speed: suspect the draft head "
-        f"(quantised conversion, loader) or draft sampling.",
+        f"(quantised conversion, loader) or draft sampling.{cost(x)}",
     )
 
 
@@ -235,7 +279,7 @@ def below_baseline(x: X) -> tuple[str, str]:
         f"{x.al5}\n  < {x.on} {c.degraded_floor(Expr(f), Expr(baseline))}\nand {x.on} {x.d5} > {x.floor}",
         f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w}, below '
         f"1 + {f} x (baseline - 1) for its baseline profile "
-        f"({baseline}).",
+        f"({baseline}).{cost(x)}",
     )
 
 
@@ -251,7 +295,7 @@ def dropped(x: X) -> tuple[str, str]:
         f"and {x.on} {x.d5} > {x.floor}",
         f'The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf "%.3f" }}}} '
         f"over {x.w}, more than {x.t['drop_fraction']} below the model's best hour of the last "
-        f"{x.o.day_range} at the same k.",
+        f"{x.o.day_range} at the same k.{cost(x)}",
     )
 
 

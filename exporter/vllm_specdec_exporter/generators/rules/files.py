@@ -25,7 +25,11 @@ def rule_file(variant: str, o: Options | None = None) -> dict[str, Any]:
     check_references(
         f"{variant} rules",
         recorded((*fast, *slow)),
-        {(r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)},
+        {
+            **{(r.get("alert") or f"recording rule {r['record']}"): r["expr"] for r in (*fast, *slow, *alerting)},
+            # the series the descriptions' query templates read (what the head costs)
+            **{f"{r['alert']} {k}": v for r in alerting for k, v in r["annotations"].items()},
+        },
         o,
     )
     fast, slow = prune_server_series(fast, slow, alerting)
