@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from http_fixtures import LoopbackServer, prom
-from test_scale import biggest_payload, get, start_serve
+from serve_harness import biggest_payload, get, start_serve
 
 V1 = "vllm:spec_decode_num_"
 
@@ -112,7 +112,7 @@ def test_a_31_9_mib_payload_is_parsed_in_bounded_memory_and_says_what_it_did_not
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from test_scale import biggest_payload
+from serve_harness import biggest_payload
 from vllm_specdec_exporter import parse_pool
 body = biggest_payload(int(31.9 * 1024 * 1024))
 base = int(next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:")).split()[1])

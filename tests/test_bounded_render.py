@@ -11,7 +11,7 @@ import time
 
 import pytest
 from http_fixtures import LoopbackServer, prom
-from test_scale import get, polls_done, start_serve
+from serve_harness import get, polls_done, start_serve
 
 ENGINES = 4096
 K = 8

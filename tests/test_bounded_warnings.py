@@ -11,7 +11,7 @@ import asyncio
 import sys
 
 from aiohttp import web
-from test_glitches import engine_lines, exporter, payload
+from sidecar_harness import engine_lines, exporter, payload
 from vllm_specdec_exporter.web import POLLERS
 
 POLLS = 50

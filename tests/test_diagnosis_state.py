@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 
-from test_restart_causes import HEALTHY, T0, WEAK, Sidecar, dump
+from sidecar_harness import T0, Sidecar, dump
+from test_restart_causes import HEALTHY, WEAK
 from vllm_specdec_exporter.parser import parse
 
 PRO = "deepseek-ai/DeepSeek-V4-Pro"

@@ -9,7 +9,6 @@ poll must not paint the collapse green.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -18,41 +17,20 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 from aiohttp import web
-from sidecar_harness import FakeClock, one, start
+from sidecar_harness import LIFE, V1, FakeClock, engine_lines, exporter, one, payload, poll_for, scrape, start
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.web import POLLERS, create_app
 
 P = "vllm_specdec"
-LIFE = 10_000_000  # healthy drafts before the collapse, per position 0.9 and 0.7: AL 2.6
 RATE = 100  # drafts per second during the collapse
 COLLAPSED_AL = 1.03
 WINDOWS = ("1m", "5m", "15m", "1h")
-V1 = "vllm:spec_decode_num_"
-
-
-def engine_lines(drafts: float, accepted_extra: float, engine: str = "0", model: str = "m",
-                 positions: tuple[float, ...] | None = None) -> list[str]:
-    p0 = LIFE * 0.9 + accepted_extra
-    p1 = LIFE * 0.7
-    pos = positions if positions is not None else (p0, p1)
-    lab = f'engine="{engine}",model_name="{model}"'
-    return [
-        f"{V1}drafts_total{{{lab}}} {drafts:.0f}",
-        f"{V1}draft_tokens_total{{{lab}}} {2 * drafts:.0f}",
-        f"{V1}accepted_tokens_total{{{lab}}} {sum(pos[:2]):.0f}",
-        *(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v:.0f}' for i, v in enumerate(pos)),
-    ]
-
 
 def live(t: float) -> tuple[float, float]:
     """(drafts, accepted beyond the healthy life) at fake time t: a collapse at AL 1.03."""
     extra = RATE * (t - 1000.0)
     return LIFE + extra, extra * (COLLAPSED_AL - 1)
-
-
-def payload(lines: list[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode()
 
 
 @dataclass
@@ -66,38 +44,6 @@ class Stand:
         else:
             body = payload(engine_lines(*live(self.clock.t)))
         return web.Response(body=body, content_type="text/plain")
-
-
-@contextlib.asynccontextmanager
-async def exporter(handler, config: dict | None = None, clock: FakeClock | None = None):
-    clock = clock or FakeClock()
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    runner, url = await start(app)
-    settings = build_settings({"poll": {"interval": "5s", "timeout": "2s"}, **(config or {})},
-                              {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
-    exp = create_app(settings, mono=clock, start_polling=False)
-    exp_runner, exp_url = await start(exp)
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield exp, exp_url, session, clock
-    finally:
-        await exp_runner.cleanup()
-        await runner.cleanup()
-
-
-async def poll_for(app, clock: FakeClock, seconds: float, step: float = 5.0) -> list[str]:
-    results = []
-    for _ in range(int(seconds // step)):
-        clock.t += step
-        results.append(await app[POLLERS][0].poll_once())
-    return results
-
-
-async def scrape(session, url: str) -> dict:
-    async with session.get(url + "/metrics") as resp:
-        assert resp.status == 200
-        return parse(await resp.text()).samples
 
 
 # --- each glitch, for one poll ---

@@ -8,8 +8,7 @@ import asyncio
 
 import pytest
 from aiohttp import web
-from sidecar_harness import one
-from test_glitches import V1, exporter, payload, poll_for, scrape
+from sidecar_harness import V1, exporter, one, payload, poll_for, scrape
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import ConfigError, build_settings

@@ -9,7 +9,7 @@ import re
 
 from aiohttp import web
 from conftest import REPO
-from test_glitches import engine_lines, exporter, payload, poll_for
+from sidecar_harness import engine_lines, exporter, payload, poll_for
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.metrics import FAMILIES
 

@@ -20,7 +20,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from test_restart_causes import T0, Sidecar, dump
+from sidecar_harness import T0, Sidecar, dump
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.diagnosis import Earlier
 from vllm_specdec_exporter.health import judge, match_profile

@@ -14,89 +14,12 @@ Every expected figure is worked by hand from the served counters.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
-from collections.abc import Callable
 
-import aiohttp
 import pytest
-from aiohttp import web
 from conftest import run_cli
-from sidecar_harness import FakeClock, start
-from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.web import POLLERS, create_app
-
-V1 = "vllm:spec_decode_num_"
-T0 = 1.79e9  # when the first process's counters started (unix seconds)
-
-
-def dump(model: str, drafts: float, shares: tuple[float, ...], started: float, engines: int = 1) -> bytes:
-    """vLLM V1 counters of ``engines`` engines at per-position survival ``shares`` (k = len), each
-    engine's _created at ``started`` (the single-API-server form)."""
-    lines = []
-    for e in range(engines):
-        lab = f'engine="{e}",model_name="{model}"'
-        pos = [round(s * drafts) for s in shares]
-        lines += [f"{V1}drafts_total{{{lab}}} {drafts:.0f}", f"{V1}drafts_created{{{lab}}} {started!r}",
-                  f"{V1}draft_tokens_total{{{lab}}} {len(shares) * drafts:.0f}",
-                  f"{V1}accepted_tokens_total{{{lab}}} {sum(pos)}"]
-        lines += [f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v}' for i, v in enumerate(pos)]
-    return ("\n".join(lines) + "\n").encode()
-
-
-class Sidecar:
-    """The real exporter polling loopback servers that answer ``serve(t)`` (t: the fake clock):
-    one target "vllm", or one per name of a mapping."""
-
-    def __init__(self, serve: Callable[[float], bytes] | dict[str, Callable[[float], bytes]], t0: float,
-                 config: dict | None = None):
-        self.serves = serve if isinstance(serve, dict) else {"vllm": serve}
-        self.clock, self.config, self.runners = FakeClock(t0), config or {}, []
-
-    async def __aenter__(self) -> Sidecar:
-        targets = []
-        for name, serve in self.serves.items():
-            async def handle(request, serve=serve):
-                return web.Response(body=serve(self.clock.t), content_type="text/plain")
-
-            app = web.Application()
-            app.router.add_get("/metrics", handle)
-            runner, url = await start(app)
-            self.runners.append(runner)
-            targets.append({"name": name, "url": f"{url}/metrics"})
-        settings = build_settings({"poll": {"interval": "5s", "timeout": "2s"}, "targets": targets, **self.config},
-                                  {"listen_address": "127.0.0.1:0"})
-        self.app = create_app(settings, mono=self.clock, start_polling=False)
-        self.exp_runner, self.url = await start(self.app)
-        self.session = aiohttp.ClientSession()
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.session.close()
-        await self.exp_runner.cleanup()
-        for runner in self.runners:
-            await runner.cleanup()
-
-    async def poll_until(self, t: float) -> None:
-        while self.clock.t < t:
-            for poller in self.app[POLLERS]:
-                await poller.poll_once()
-            self.clock.t += 5.0
-
-    def model(self, target: int = 0):
-        [mv] = self.app[POLLERS][target].view.models
-        return mv
-
-    async def summary(self, window: str) -> dict:
-        async with self.session.get(f"{self.url}/api/v1/summary?window={window}") as r:
-            assert r.status == 200
-            [entry] = (await r.json())["models"].values()
-            return entry
-
-    async def page(self) -> str:
-        async with self.session.get(self.url + "/") as r:
-            return html.unescape(await r.text())
-
+from sidecar_harness import T0, Sidecar, dump
+from vllm_specdec_exporter.web import POLLERS
 
 # --- A restart into a weaker head, no profile ---
 HEALTHY, WEAK = (0.74, 0.50), (0.30, 0.08)  # AL 2.240 and 1.380

@@ -3,60 +3,14 @@ configuration fails cleanly. The real `serve` process against a real loopback se
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
-import urllib.request
 
 import pytest
 from conftest import cli_path
 from http_fixtures import LoopbackServer, prom
-
-V1 = "vllm:spec_decode_num_"
-
-
-def biggest_payload(cap: int) -> bytes:
-    """Spec-decode lines only, just under the default 32 MiB cap: the most parsing work a
-    target can ask for (~60,000 engines, every line on the fast path)."""
-    lines, size, engine = [], 0, 0
-    while True:
-        lab = f'engine="{engine}",model_name="deepseek-ai/DeepSeek-V4-Pro"'
-        block = (f"{V1}drafts_total{{{lab}}} 1000\n{V1}draft_tokens_total{{{lab}}} 2000\n"
-                 f"{V1}accepted_tokens_total{{{lab}}} 1500\n"
-                 f'{V1}accepted_tokens_per_pos_total{{{lab},position="0"}} 900\n'
-                 f'{V1}accepted_tokens_per_pos_total{{{lab},position="1"}} 600\n')
-        if size + len(block) > cap:
-            return "".join(lines).encode()
-        lines.append(block)
-        size += len(block)
-        engine += 1
-
-
-def start_serve(*args: str) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([cli_path(), "serve", "--web.listen-address", "127.0.0.1:0", "--log.format", "json", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        record = json.loads(line)
-        if record["event"] == "listening":
-            return proc, int(record["address"].rsplit(":", 1)[1])
-    proc.kill()
-    raise AssertionError(f"serve did not start: {proc.stderr.read()[:2000]!r}")
-
-
-def get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
-        return resp.status, resp.read()
-
-
-def polls_done(port: int, result: str = "success") -> float:
-    _, body = get(port, "/metrics", timeout=60)
-    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
-               if line.startswith("vllm_specdec_exporter_polls_total{") and f'result="{result}"' in line)
+from serve_harness import biggest_payload, get, polls_done, start_serve
 
 
 @pytest.mark.xdist_group("latency")  # timing assertions: never beside another latency test
