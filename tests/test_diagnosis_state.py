@@ -14,10 +14,13 @@ Every expected figure is worked by hand from the served counters.
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
+from conftest import run_cli
 from sidecar_harness import T0, Sidecar, dump
-from test_restart_causes import HEALTHY, WEAK
 from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.web import POLLERS
 
 PRO = "deepseek-ai/DeepSeek-V4-Pro"
 
@@ -86,3 +89,162 @@ def test_the_1m_summary_reads_the_figures_before_a_restart_over_1m():
                                  "2.240 before it)"),
         ("draft_head_partial", "every engine (1) and every position low since a restart of engine 0: position 0 at "
                                "30.0 %, then 26.7 % conditional")]
+
+
+# ---- from test_restart_causes.py
+# Issue 31: restarts known from vLLM's _created name the right cause on every surface.
+#
+# - (item 2) A restart into a weaker head, no profile: before it 74 % at position 0 (500,000
+#   drafts in diff's BEFORE dump), after it 30 %. Health never says "from the start" where the
+#   restart is known, and names the cause with both figures: the draft head changed at it.
+# - /api/v1/summary over any window keeps what the poller saw (restarts, k changes, the figures
+#   before them): a window other than the health window names the same configuration change.
+# - A younger twin behind the same URL (a new replica answering after a rollout, its _created
+#   newer, its counters past the old one's) never makes a healthy model degraded.
+#
+# Every expected figure is worked by hand from the served counters.
+
+
+# --- A restart into a weaker head, no profile ---
+HEALTHY, WEAK = (0.74, 0.50), (0.30, 0.08)  # AL 2.240 and 1.380
+
+
+def test_diff_across_a_restart_into_a_weaker_head_names_the_change_with_both_figures(tmp_path):
+    """BEFORE: 500,000 drafts at 74 % / 50 %; AFTER: a process started an hour later at 30 % / 8 %,
+    30,000 drafts (and, as a second case, 600,000: counters grown past BEFORE's). The interval is
+    the new process's life; position 0 was healthy before the restart, so a fall (degraded),
+    never "from the start"."""
+    (tmp_path / "a.prom").write_bytes(dump("my-model", 500_000, HEALTHY, T0))
+    for drafts in (30_000, 600_000):
+        (tmp_path / "b.prom").write_bytes(dump("my-model", drafts, WEAK, T0 + 3600))
+        out = json.loads(run_cli("diff", str(tmp_path / "a.prom"), str(tmp_path / "b.prom"), "--format", "json").stdout)
+        model = out["models"]["my-model"]
+        assert model["all"]["num_drafts"] == drafts
+        assert model["health"] == {"state": "degraded", "reason": "position 0 acceptance 0.300 < 0.5: a broken draft "
+                                                                  "path, or synthetic random-token load such as a benchmark"}
+        assert model["diagnosis"] == [
+            {"cause": "configuration_change",
+             "evidence": "the draft head changed at a restart of engine 0 between the dumps: position 0 accepted in "
+                         "30.0 % of drafts since it, against 74.0 % of 500,000 drafts before it (AL 1.380 since it, "
+                         "against 2.240 before it)"},
+            {"cause": "draft_head_partial",
+             "evidence": "every engine (1) and every position low since a restart of engine 0 between the dumps: "
+                         "position 0 at 30.0 %, then 26.7 % conditional"}]  # 0.08 / 0.30
+        text = run_cli("diff", str(tmp_path / "a.prom"), str(tmp_path / "b.prom")).stdout.decode()
+        assert "< 0.5 from the start" not in text and "the draft head changed at a restart of engine 0" in text
+    # report reads one dump: the new process's totals since its counters started, so "from the
+    # start" is true there, and with no profile and nothing before, no cause is claimed.
+    report = json.loads(run_cli("report", str(tmp_path / "b.prom"), "--format", "json").stdout)["models"]["my-model"]
+    assert report["health"]["reason"].startswith("position 0 acceptance 0.300 < 0.5 from the start, with no profile")
+    assert report["diagnosis"] == []
+
+
+def test_the_sidecar_names_a_restart_into_a_weaker_head_with_both_figures():
+    """100 drafts/s at 74 % / 50 % for 5,000 s, then a restart (_created 5,000 s later) into 30 % / 8 %.
+    Before it the 5m health window held 30,000 drafts at 74.0 % (AL 2.240). Once the window is all
+    new process (300 s on): degraded, the change named with both figures; later, with the restart
+    out of the health window but within the hour the fall is read against, still the change, never
+    a workload shift "with no restart"."""
+    restart = T0 + 5000
+
+    def serve(t: float) -> bytes:
+        if t < restart:
+            return dump("my-model", 100 * (t - T0), HEALTHY, T0)
+        return dump("my-model", 100 * (t - restart), WEAK, restart)
+
+    change = ("configuration_change", "the draft head changed at a restart of engine 0: position 0 accepted in 30.0 % "
+                                      "of drafts since it, against 74.0 % of 30,000 drafts before it (AL 1.380 since "
+                                      "it, against 2.240 before it)")
+    partial = ("draft_head_partial", "every engine (1) and every position low since a restart of engine 0: position 0 "
+                                     "at 30.0 %, then 26.7 % conditional")
+
+    async def go():
+        async with Sidecar(serve, T0 + 10) as s:
+            await s.poll_until(restart + 305)
+            mv = s.model()
+            assert (mv.health, mv.health_reason) == ("degraded", "position 0 acceptance 0.300 < 0.5: a broken draft "
+                                                                 "path, or synthetic random-token load such as a benchmark")
+            assert [(h.cause, h.evidence) for h in mv.health_causes] == [change, partial]
+            assert change[1] in await s.page()
+            await s.poll_until(restart + 1800)
+            mv = s.model()
+            assert mv.health == "degraded" and "from the start" not in mv.health_reason
+            assert [(h.cause, h.evidence) for h in mv.health_causes] == [change, partial]
+            assert [d["cause"] for d in (await s.summary("5m"))["diagnosis"]] == ["configuration_change",
+                                                                                 "draft_head_partial"]
+    asyncio.run(go())
+
+
+# --- /api/v1/summary over another window keeps what the poller saw ---
+
+def test_the_summary_of_another_window_names_the_change_the_health_window_names():
+    """Health window 1m. V4-Pro k=2 at 92.4 % / 68.7 % (AL 2.611), then a restart into k=3 with a
+    broken head (3.6 % / 0.1 % / 0.0 %): the 1m verdict names the restart and k 2 -> 3; so must the
+    summary over 5m and 15m (before, they were judged again without them: garbage alone)."""
+    pro, restart = "deepseek-ai/DeepSeek-V4-Pro", T0 + 3000
+
+    def serve(t: float) -> bytes:
+        if t < restart:
+            return dump(pro, 50 * (t - T0), (0.924, 0.687), T0)
+        return dump(pro, 50 * (t - restart), (0.0357, 0.001, 0.0), restart)
+
+    async def go():
+        async with Sidecar(serve, T0 + 10, {"health": {"window": "1m"}}) as s:
+            await s.poll_until(restart + 65)
+            mv = s.model()
+            assert mv.health == "collapsed"
+            named = [(h.cause, h.evidence) for h in mv.health_causes]
+            assert named[0] == ("configuration_change", "the draft head changed at a restart of engine 0, k 2 -> 3: "
+                                                        "position 0 accepted in 3.6 % of drafts since it, against "
+                                                        "92.4 % of 3,000 drafts before it")
+            assert [c for c, _ in named] == ["configuration_change", "draft_head_garbage"]
+            for window in ("1m", "5m", "15m"):
+                got = (await s.summary(window))["diagnosis"]
+                assert [d["cause"] for d in got] == ["configuration_change", "draft_head_garbage"], window
+                assert "k 2 -> 3" in got[0]["evidence"], window
+    asyncio.run(go())
+
+
+# --- A younger twin behind the same URL ---
+OLD_START, ROLLOUT = T0, T0 + 7200
+# The old replica: 50 drafts/s per engine since T0 at 92.4 % / 68.7 % (AL 2.611). The new one,
+# started 840 s before it answers, takes more traffic (500 drafts/s) at a healthy 85 % / 62 %
+# (AL 2.470): at the rollout its counters (420,000) are past the old one's (360,000), so per-series
+# differences would read one interval of 60,000 drafts at AL 1.62 instead of a restart.
+REPLICAS = {"old": (OLD_START, 50.0, (0.924, 0.687)), "new": (ROLLOUT - 840, 500.0, (0.85, 0.62))}
+
+
+def twin(which: str, t: float) -> bytes:
+    started, rate, shares = REPLICAS[which]
+    return dump("deepseek-ai/DeepSeek-V4-Pro", rate * (t - started), shares, started, engines=8)
+
+
+def test_a_younger_twin_behind_the_url_never_makes_a_healthy_model_degraded():
+    """At the rollout each engine's counters read 360,000 drafts (old) then 420,000 (new). Taken
+    as one interval that is 60,000 drafts with 617,400 - 579,960 = 37,440 accepted: AL 1.62, and
+    the 5m window fell to 1.82 < the V4-Pro k=2 threshold 1.953 (what the exporter said before it
+    read _created). The new _created is a restart: the new replica's own counters count, at AL
+    2.470; and the old one answering again in between (a rollout's two pods) is an older server,
+    left out. Healthy at every poll, on every window."""
+    for mode in ("switch", "alternate"):
+        calls = {"n": 0}
+
+        def serve(t: float, mode=mode, calls=calls) -> bytes:
+            calls["n"] += 1
+            if t < ROLLOUT or (mode == "alternate" and t < ROLLOUT + 120 and calls["n"] % 2 == 0):
+                return twin("old", t)
+            return twin("new", t)
+
+        async def go(serve=serve, mode=mode):
+            async with Sidecar(serve, ROLLOUT - 900) as s:
+                states = []
+                while s.clock.t < ROLLOUT + 600:
+                    await s.app[POLLERS][0].poll_once()
+                    if s.clock.t >= ROLLOUT - 600:  # once the 5m window is full
+                        states.append((s.clock.t - ROLLOUT, s.model().health, s.model().health_reason))
+                    s.clock.t += 5.0
+                assert {st for _, st, _ in states} == {"ok"}, (mode, [x for x in states if x[1] != "ok"][:3])
+                for window in ("1m", "5m", "15m"):
+                    assert (await s.summary(window))["health"]["state"] == "ok", (mode, window)
+                assert (await s.summary("1m"))["all"]["mean_acceptance_length"] == pytest.approx(1 + 0.85 + 0.62)
+        asyncio.run(go())
