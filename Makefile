@@ -65,7 +65,7 @@ demo: $(RUNTIME_STAMP)
 ## tests of the pure core (parser, adapters, derive, health and diagnosis, history, settings, rule
 ## generation) that start no process and are not marked long. `make test` runs them all and the rest.
 UNIT_TESTS := adapter_ranking adapters capacity derive derive_fastpath diagnosis durations \
-  generators_options golden_metrics health layers max_k metrics_registry parse_fastpath parse_speed parser \
+  generators_options golden_metrics health layers metrics_registry parse_fastpath parse_speed parser \
   properties registry rule_groups rules_text seed_data settings history
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -129,7 +129,7 @@ fuzz: $(STAMP)
 
 ## soak: the two-hour soak of the sidecar under tracemalloc (~3 min) and 10 minutes of engine-label churn at a 1 s poll against the real serve process (~10 min); make test runs cheaper forms of both
 soak: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/test_faults.py --timeout=1800
+	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/test_poller.py --timeout=1800
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

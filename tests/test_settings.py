@@ -12,7 +12,9 @@ import time
 
 import pytest
 from conftest import REPO
+from vllm_specdec_exporter import config
 from vllm_specdec_exporter import config as cfg
+from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import LIMITS, ConfigError, build_settings, load_settings
 
 URL = "http://127.0.0.1:1/metrics"
@@ -305,3 +307,26 @@ def test_the_settings_modules_import_one_way_and_nothing_that_serves():
             else:
                 names = {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
                 assert not names & SERVING, f"{path.name} imports {sorted(names & SERVING)}"
+
+
+# ---- from test_max_k.py
+# One maximum k (issue 12 item 4): config.MAX_K bounds k where profiles, scenarios and
+# payloads are read; a target whose k is above the positions the generated rules cover is
+# still read and exported, with one warning that the wasted-tokens alert cannot fire for it.
+
+
+def test_profiles_and_scenarios_take_k_up_to_the_one_maximum(tmp_path):
+    def profile(k: int) -> dict:
+        return {"targets": [{"name": "t", "url": "http://127.0.0.1:1/metrics"}],
+                "baselines": {"profiles": [{"name": "p", "model": "m", "k": k, "mean_acceptance_length": 1.5}]}}
+    assert build_settings(profile(config.MAX_K), {}).baselines[0].k == config.MAX_K
+    with pytest.raises(ConfigError, match="k"):
+        build_settings(profile(config.MAX_K + 1), {})
+    for k, ok in ((config.MAX_K, True), (config.MAX_K + 1, False)):
+        path = tmp_path / f"k{k}.yaml"
+        path.write_text(f"k: {k}\nengines: 1\ndrafts_per_second: 10\nper_position: {[0.5] * k}\n")
+        if ok:
+            assert load_scenario(str(path)).k == k
+        else:
+            with pytest.raises(ConfigError, match=f"k must be 1-{config.MAX_K}"):
+                load_scenario(str(path))
