@@ -18,24 +18,9 @@ from pathlib import Path
 
 import pytest
 from http_fixtures import LoopbackServer, prom
-from serve_harness import biggest_payload, get, start_serve
+from serve_harness import biggest_payload, get, healthy_payload, start_serve
 
 V1 = "vllm:spec_decode_num_"
-
-
-def healthy_payload(n: int) -> bytes:
-    """8 engines (k=2) growing with the poll number, and ~0.5 MB of other families, as a
-    TP=8/DP=8 vLLM serves: over the size parsed on the event loop."""
-    lines = []
-    for e in range(8):
-        lab = f'engine="{e}",model_name="m"'
-        d = 1000 * (n + 1)
-        lines += [f"{V1}drafts_total{{{lab}}} {d}", f"{V1}draft_tokens_total{{{lab}}} {2 * d}",
-                  f"{V1}accepted_tokens_total{{{lab}}} {int(1.5 * d)}",
-                  f'{V1}accepted_tokens_per_pos_total{{{lab},position="0"}} {int(0.9 * d)}',
-                  f'{V1}accepted_tokens_per_pos_total{{{lab},position="1"}} {int(0.6 * d)}']
-    lines += [f'vllm:iteration_tokens_total_bucket{{engine="{i % 8}",le="{i}",model_name="m"}} {i}' for i in range(7000)]
-    return ("\n".join(lines) + "\n").encode()
 
 
 
