@@ -412,7 +412,7 @@ def test_a_parsing_process_that_dies_fails_one_poll_not_the_poller():
 
     from vllm_specdec_exporter import parse_pool
 
-    big = payload(engine_lines(*live(1000.0))) + b"# padding\n" * 40_000  # over PARSE_IN_WORKER_BYTES
+    big = payload(engine_lines(*live(1000.0))) + b"# padding\n" * 120_000  # over PARSE_ON_LOOP_MAX_BYTES
 
     async def go():
         clock = FakeClock()

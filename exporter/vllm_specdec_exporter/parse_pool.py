@@ -1,9 +1,10 @@
 """Reading a payload, and the processes that read the big ones.
 
-``read`` parses one payload and bounds it to what a target may hold. Over
-``config.PARSE_IN_WORKER_BYTES`` it does so in a parsing process (in a thread it would
-share the GIL: /healthz and /metrics stalled 0.5 s, measured), in the lane that the
-target's own cost picks, so a real server's payload never waits behind a hostile one.
+``read`` parses one payload and bounds it to what a target may hold: on the event loop
+while the target's own parses are cheap and its payload not big, otherwise in a parsing
+process (in a thread it would share the GIL: /healthz and /metrics stalled 0.5 s,
+measured), in the lane that the target's own cost picks, so a real server's payload never
+waits behind a hostile one (config.PARSE_ON_LOOP_SECONDS and below).
 """
 
 from __future__ import annotations
@@ -80,8 +81,10 @@ async def read(payload: Payload) -> Read | Failure:
     cost picks: ``_heavy``). Raises ``WorkerError`` on an unexpected exception in the parse,
     or when the parsing process died or took too long."""
     size = len(payload.body)
-    if size <= config.PARSE_IN_WORKER_BYTES:
+    if _on_loop(payload.target, size):
+        started = time.thread_time()  # CPU: a preempted parse is not a costly one
         got = read_payload(payload)
+        _note_cost(payload.target, time.thread_time() - started, on_loop=True)
     else:
         got = await _in_worker(_heavy(payload.target, size), payload.target, read_payload, payload)
     if isinstance(got, WorkerError):
@@ -142,8 +145,22 @@ _POOLS: dict[bool, ProcessPoolExecutor] = {}
 # One payload at a time per process, the others wait here (at most one per target: a
 # target's polls are sequential). Per event loop: an asyncio.Lock belongs to one.
 _LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[bool, asyncio.Lock]] = weakref.WeakKeyDictionary()
-# Target name -> until when (time.monotonic()) its parses go to the heavy lane.
+# Target name -> until when (time.monotonic()) its parses go to the heavy lane, or stay off
+# the event loop; and what its last parse cost (seconds).
 _HEAVY_UNTIL: dict[str, float] = {}
+_OFF_LOOP_UNTIL: dict[str, float] = {}
+_LAST_COST: dict[str, float] = {}
+
+
+def _on_loop(target: str, size: int) -> bool:
+    """Whether this payload is parsed on the event loop: a small one of a target not yet
+    measured, or one up to PARSE_ON_LOOP_MAX_BYTES of a target whose parses are cheap (the
+    worker's round trip cost a real DP=8 poll more than its 0.6 ms parse); never while the
+    target is held off the loop by a costly parse."""
+    if time.monotonic() < _OFF_LOOP_UNTIL.get(target, -math.inf):
+        return False
+    cheap = _LAST_COST.get(target, math.inf) < config.PARSE_ON_LOOP_SECONDS
+    return size <= config.PARSE_IN_WORKER_BYTES or (size <= config.PARSE_ON_LOOP_MAX_BYTES and cheap)
 
 
 def _heavy(target: str, size: int) -> bool:
@@ -154,11 +171,18 @@ def _heavy(target: str, size: int) -> bool:
     return size > config.PARSE_BIG_BYTES or time.monotonic() < _HEAVY_UNTIL.get(target, -math.inf)
 
 
-def _note_cost(target: str, seconds: float) -> None:
+def _note_cost(target: str, seconds: float, on_loop: bool = False) -> None:
+    """A parse's cost: a costly one on the loop holds the target off it (a worker's parse
+    picks the next place by its cost alone: a fresh process's first parse is slower)."""
+    for held in (_HEAVY_UNTIL, _OFF_LOOP_UNTIL, _LAST_COST):
+        if len(held) > _TARGETS_REMEMBERED:
+            held.clear()  # bounded: names come from the config, this only guards a bug
+    _LAST_COST[target] = seconds
+    until = time.monotonic() + config.PARSE_HEAVY_HOLD_SECONDS
+    if on_loop and seconds > config.PARSE_ON_LOOP_SECONDS:
+        _OFF_LOOP_UNTIL[target] = until
     if seconds > config.PARSE_BUDGET_SECONDS:
-        if len(_HEAVY_UNTIL) > _TARGETS_REMEMBERED:
-            _HEAVY_UNTIL.clear()  # bounded: names come from the config, this only guards a bug
-        _HEAVY_UNTIL[target] = time.monotonic() + config.PARSE_HEAVY_HOLD_SECONDS
+        _HEAVY_UNTIL[target] = until
 
 
 def _pool(big: bool) -> ProcessPoolExecutor:
