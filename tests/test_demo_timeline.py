@@ -31,8 +31,9 @@ import pytest
 from sidecar_harness import FakeClock, start
 from vllm_specdec_exporter import config, demo
 from vllm_specdec_exporter.parser import parse
+from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import ConfigError
-from vllm_specdec_exporter.simulate import Simulation, create_simulator_app, load_scenario
+from vllm_specdec_exporter.simulate import Simulation, create_simulator_app
 from vllm_specdec_exporter.web import POLLERS, create_app
 
 ENGINES = [str(e) for e in range(8)]

@@ -292,8 +292,9 @@ def _simulate(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from .errors import ConfigError
+    from .scenarios import builtin_scenarios, load_scenario
     from .settings import parse_listen_address
-    from .simulate import Simulation, builtin_scenarios, create_simulator_app, load_scenario
+    from .simulate import Simulation, create_simulator_app
 
     if args.list:
         for name in builtin_scenarios():

@@ -118,7 +118,7 @@ MAX_K = 64
 MAX_COUNTER_VALUE = float(2**53)
 # Model/engine series held per target (per poll and in the windows). The engine
 # unseen the longest, among those missing from two polls in a row, is forgotten to
-# make room for a new one; if there is none, the new one is refused (history.admit).
+# make room for a new one; if there is none, the new one is refused (admission.admit).
 # Both are counted and warned about once.
 DEFAULT_MAX_SERIES_PER_TARGET = 512
 # ... and over all targets together: each target holds at most this / targets.

@@ -25,8 +25,9 @@ from .errors import ConfigError
 from .model import engine_order
 from .parser import Sample, parse
 from .render import _safe, bar, cost_text
+from .scenarios import load_scenario
 from .settings import Settings, build_settings
-from .simulate import Simulation, create_simulator_app, load_scenario
+from .simulate import Simulation, create_simulator_app
 from .web import create_app, start_site
 
 # In scenario seconds. A short health window, so the view names a broken engine within

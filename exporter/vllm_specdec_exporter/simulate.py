@@ -25,11 +25,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from . import config
-
-# cli.py and demo.py read the scenarios through this module.
 from .scenarios import Params, Scenario
-from .scenarios import builtin_scenarios as builtin_scenarios
-from .scenarios import load_scenario as load_scenario
 
 # vLLM's bucket sets (they change between versions; the exporter never relies on them).
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
