@@ -17,6 +17,10 @@ in the 20 s window), and a restart with a fixed head at 160 s.
 (e) issue 34 item 6: at the collapse the frame gives the likely cause and the cost line (the
     exporter's cost gauges), marks a degraded engine apart from a collapsed one, and while the
     window straddles the fixing restart says "restarted N s ago", not "all 8 engines under 1.953".
+(f) while the window straddles the fixing restart (161-179 s) no likely cause is read from the
+    mix of the broken head before it and the healthy one after it (that mix once read as a
+    workload shift, then as a partly broken head): the cause is read from the counters since
+    the restart alone, where nothing fell.
 Plus the landing page: it refreshes itself and says when it was rendered.
 """
 
@@ -166,6 +170,20 @@ def check_restart_not_blamed(timeline: Timeline) -> None:
     assert {f.health for f in after} >= {"degraded", "ok"}  # the window still held the fall, then recovered
 
 
+def check_no_cause_from_before_the_fixing_restart(timeline: Timeline) -> None:
+    """(f) Every engine restarted at 160 s with a healthy head: while the 20 s window still holds
+    the collapse before it (and the verdict is still degraded), the causes are those of the
+    counters since the restart, where nothing fell: none, on the view and on /metrics."""
+    straddle = timeline.between(161, 179)
+    assert straddle and {f.health for f in straddle} >= {"degraded"}
+    for f in straddle:
+        assert f.causes == () and f.info_causes == (), (f.t, f.health, f.causes, f.info_causes)
+        assert "likely cause" not in f.text, (f.t, f.text)
+    for at, page in timeline.pages.items():
+        if 160 < at < 180:
+            assert "workload shift" not in page and "partly broken draft head" not in page, at
+
+
 def cells(f: Frame) -> dict[str, str]:
     """The per-engine cells of a frame: engine -> its AL with its mark ("1.04!", "1.82~")."""
     line = next((ln for ln in f.text.splitlines() if ln.startswith("  per engine AL")), None)
@@ -241,6 +259,7 @@ def test_the_demo_timeline_at_speed_1(monkeypatch):
     check_never_ok_under_the_threshold(timeline)
     check_restart_not_blamed(timeline)
     check_cause_cost_marks_and_restart(timeline)
+    check_no_cause_from_before_the_fixing_restart(timeline)
     # The timeline the scenario describes, and the state at each phase.
     assert all(f.state == "OK" and "engine" not in f.health_line for f in timeline.between(1, 40))
     assert all("engine 5" in f.health_line for f in timeline.between(42, 100))

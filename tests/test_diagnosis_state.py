@@ -18,7 +18,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from sidecar_harness import T0, Sidecar, dump
+from sidecar_harness import T0, V1, Sidecar, dump
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.web import POLLERS
 
@@ -248,3 +248,61 @@ def test_a_younger_twin_behind_the_url_never_makes_a_healthy_model_degraded():
                     assert (await s.summary(window))["health"]["state"] == "ok", (mode, window)
                 assert (await s.summary("1m"))["all"]["mean_acceptance_length"] == pytest.approx(1 + 0.85 + 0.62)
         asyncio.run(go())
+
+
+# --- A restart of every engine that ends a fall ---
+
+def test_the_fall_before_a_restart_that_ended_it_is_never_read_as_its_cause():
+    """8 engines of V4-Pro k=2, 50 drafts/s each: healthy at 92.4 % / 68.7 % (AL 2.611), the head
+    broken from COLLAPSE at 3.57 % / 0.1 % (AL 1.037; 10 minutes later the model is collapsed),
+    then every engine restarts (_created RESTART) with a healthy head, or with the same broken
+    one. While the windows still hold the fall before the restart, their verdict reads it, but
+    the cause is read from the counters since the restart alone: a healthy head there names
+    nothing (the mix of both heads once read as a workload shift, then a partly broken head); a
+    head still broken names the garbage from its own figures: position 0 at 3.6 % (round(0.0357
+    x 50 x 5 s) = 9 of 250 drafts per engine 5 s after the restart; at the restart itself, with no
+    drafts since it yet, nothing). Never the restart (the model was down before it)."""
+    collapse, restart = T0 + 1200, T0 + 1800
+    healthy, broken = (0.924, 0.687), (0.0357, 0.001)
+
+    def served(after: tuple[float, float]):
+        def serve(t: float) -> bytes:
+            if t >= restart:
+                return dump(PRO, 50 * (t - restart), after, restart, engines=8)
+            d1, d2 = 50 * (min(t, collapse) - T0), 50 * max(0.0, t - collapse)
+            pos = [round(h * d1 + b * d2) for h, b in zip(healthy, broken, strict=True)]
+            lines = []
+            for e in range(8):
+                lab = f'engine="{e}",model_name="{PRO}"'
+                lines += [f"{V1}drafts_total{{{lab}}} {d1 + d2:.0f}", f"{V1}drafts_created{{{lab}}} {T0!r}",
+                          f"{V1}draft_tokens_total{{{lab}}} {2 * (d1 + d2):.0f}",
+                          f"{V1}accepted_tokens_total{{{lab}}} {sum(pos)}"]
+                lines += [f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v}' for i, v in enumerate(pos)]
+            return ("\n".join(lines) + "\n").encode()
+        return serve
+
+    async def go(after: tuple[float, float]) -> list[tuple[float, str, tuple[str, ...]]]:
+        seen = []
+        async with Sidecar(served(after), T0 + 10) as s:
+            await s.poll_until(restart)
+            assert (s.model().health, [h.cause for h in s.model().health_causes]) == ("collapsed", ["draft_head_garbage"])
+            while s.clock.t < restart + 300:  # the 5m health window holds the fall until then
+                await s.poll_until(s.clock.t + 1)
+                mv, at = s.model(), s.clock.t - 5 - restart  # poll_until steps the clock past the poll
+                causes = tuple(h.cause for h in mv.health_causes)
+                seen.append((at, mv.health, causes))
+                assert await metrics_causes(s) == set(causes), at
+                for window in ("1m", "5m", "15m"):
+                    got = tuple(d["cause"] for d in (await s.summary(window))["diagnosis"])
+                    assert got == causes, (at, window, got, causes)
+                if after == broken and at == 5:
+                    assert [h.evidence for h in mv.health_causes] == ["position 0 accepted in 3.6 % of drafts, on every engine"]
+        return seen
+
+    fixed = asyncio.run(go(healthy))
+    assert fixed[0][0] == 0 and fixed[-1][0] == 295 and {state for _, state, _ in fixed} >= {"collapsed", "degraded"}
+    assert all(causes == () for _, _, causes in fixed), [x for x in fixed if x[2]][:3]
+    still = asyncio.run(go(broken))
+    # The poll at the restart itself: no drafts since it yet, so nothing to name (not the fall before it).
+    assert still[0] == (0, "collapsed", ())
+    assert all((state, causes) == ("collapsed", ("draft_head_garbage",)) for _, state, causes in still[1:]), still[:3]

@@ -1,6 +1,7 @@
 """What the diagnosis reads beside one target's counters: the restarts and k changes its poller
 saw, with when; each model's figures just before the first of them; whether position 0 was
-healthy within the day.
+healthy within the day; and the counters since a restart of every engine of a model that came
+while the model was already down (a restart that ended a fall), which the diagnosis reads alone.
 
 One ``DiagnosisState`` per target, fed by its poller one way: each poll's restarts, counters and
 history windows (``observe``), then the poll's health verdicts and profiles (``judged``); it reads
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import config
 from .config import Detection
@@ -39,6 +40,11 @@ class Seen:
     # engines summed, when they drafted at least min_drafts), while a change is held for it.
     before: Mapping[str, Counters | None] = field(default_factory=dict)
     position0_healthy: bool = False
+    # Window label -> each engine's counters since its restart, where every engine of the model
+    # restarted within that window while the model was already degraded or collapsed over it: the
+    # restarts that ended a fall (never held as a change: they are not its cause). While the
+    # window still holds the fall from before them, the likely cause is read from these alone.
+    fixed: Mapping[str, Mapping[str, Counters]] = field(default_factory=dict)
 
     def within(self, label: str, seconds: float) -> list[str]:
         """The changes held for window ``label`` seen within the last ``seconds``."""
@@ -63,7 +69,13 @@ def window_verdict(
     """The verdict over one window (``engines``: its counters) with what the poller saw beside
     them: the changes within the window; and what came before it (``longest``: the model over the
     longest window, when longer): the changes older than the window, the model over the same
-    window before the first change, whether position 0 was healthy within the day."""
+    window before the first change, whether position 0 was healthy within the day.
+
+    Where every engine of the model restarted within the window while it was already down
+    (``seen.fixed``), the verdict is the window's (it still holds the fall) and the likely causes
+    are those of the counters since the restart, judged alone: the fall before a restart that
+    ended it is not read as a workload shift or a partly broken head (the mix of a broken and a
+    healthy head), nor the restart as its cause."""
     seconds = dict(windows)[label]
     last = windows[-1][0]
     total = sum_counters(longest) if longest is not None and label != last else None
@@ -76,7 +88,12 @@ def window_verdict(
         seen.before.get(label) if changes or older else None,
         older,
     )
-    return judge(engines, span, profile, det, min_drafts, changes, earlier)
+    verdict = judge(engines, span, profile, det, min_drafts, changes, earlier)
+    since = seen.fixed.get(label)
+    if since and sum(c.drafts for c in since.values()) <= sum(c.drafts for c in engines.values()):
+        # (Never more than the window holds: a restart the window's start has passed is not in it.)
+        return replace(verdict, causes=judge(since, None, profile, det, min_drafts).causes)
+    return verdict
 
 
 def together(seen: Sequence[tuple[str, Seen]]) -> Seen:
@@ -95,11 +112,18 @@ def together(seen: Sequence[tuple[str, Seen]]) -> Seen:
         each = [s.before.get(label) for _, s in seen]
         if any(label in s.before for _, s in seen):
             before[label] = sum_counters([b for b in each if b is not None]) if all(b is not None for b in each) else None
+    # The counters since a restart that ended a fall: where every target's engines restarted so.
+    fixed = {
+        label: {f"{name}/{e}": c for name, s in seen for e, c in s.fixed[label].items()}
+        for label in {label for _, s in seen for label in s.fixed}
+        if all(label in s.fixed for _, s in seen)
+    }
     return Seen(
         max((s.at for _, s in seen), default=0.0),
         {label: c for label, c in changes.items() if c},
         before,
         any(s.position0_healthy for _, s in seen),
+        fixed,
     )
 
 
@@ -132,6 +156,9 @@ class DiagnosisState:
         self._before: dict[str, dict[str, tuple[float, Counters | None]]] = {}
         self._k: dict[str, int] = {}
         self._position0_healthy_at: dict[str, float] = {}  # model -> when its position 0 was last healthy
+        # Window label -> model -> engine -> when it restarted while the model was down over that
+        # window (a restart that ended a fall), held while the window holds it.
+        self._fixed: dict[str, dict[str, dict[str, float]]] = {}
         # The last published poll: its windows, its models, and their verdict over each window
         # (window label -> model -> state): the health window's for every model, another window's
         # for the models a change is held for over it.
@@ -151,11 +178,16 @@ class DiagnosisState:
         """One poll: its restarted engines, the counters it kept and the history's windows. Returns
         what each model's verdicts read (``Seen``)."""
         changed = self._recent_changes(now, restarted, kept)
+        fixed = self._restarts_after_a_fall(now, restarted, kept)
         healthy = set(self._position0_healthy_at)
         seen = {}
         for m in {m for m, _ in kept}:
             s = changed.get(m)
-            seen[m] = Seen(s.at, s.changes, s.before, m in healthy) if s else Seen(position0_healthy=m in healthy)
+            seen[m] = (
+                Seen(s.at, s.changes, s.before, m in healthy, fixed.get(m, {}))
+                if s
+                else Seen(now, position0_healthy=m in healthy, fixed=fixed.get(m, {}))
+            )
         self._pending = (now, windows, seen)
         return seen
 
@@ -275,6 +307,35 @@ class DiagnosisState:
             )
             for m in models
         }
+
+    def _restarts_after_a_fall(
+        self, now: float, restarted: Sequence[SeriesKey], kept: Mapping[SeriesKey, Counters]
+    ) -> dict[str, dict[str, dict[str, Counters]]]:
+        """Per model and window, each engine's counters since its restart (``kept``: what vLLM
+        counted since it started), where every engine of the model restarted within the window
+        while the model was down over it (the last verdict published): the restarts that ended a
+        fall, which ``_recent_changes`` does not hold. A restart while the model was not down is
+        a change (held there): the engine is no longer read from the restart that ended a fall."""
+        engines: dict[str, list[str]] = {}
+        for model, engine in kept:
+            engines.setdefault(model, []).append(engine)
+        out: dict[str, dict[str, dict[str, Counters]]] = {}
+        for label, seconds in self.windows:
+            fallen = self._fallen(label)
+            held = self._fixed.setdefault(label, {})
+            for model, engine in restarted:
+                if model in fallen:
+                    held.setdefault(model, {})[engine] = now
+                elif model in held:
+                    held[model].pop(engine, None)
+            passed = now - seconds
+            self._fixed[label] = held = {
+                m: kept_ for m, at in held.items() if m in engines and (kept_ := {e: t for e, t in at.items() if t > passed})
+            }
+            for model, at in held.items():
+                if all(e in at for e in engines[model]):
+                    out.setdefault(model, {})[label] = {e: kept[(model, e)] for e in engines[model]}
+        return out
 
     def _total_before(self, model: str, label: str) -> Counters | None:
         """The model over window ``label`` at the last published poll (None where it was not in
