@@ -26,8 +26,6 @@ VLLM_V1_REQUEST_ACCEPTANCE = "vllm:request_spec_decode_acceptance_rate"
 # The same histogram under the name in the vLLM change's own code (a reviewer proposed the
 # one above): both are read, the first present wins, and the output says which.
 VLLM_V1_REQUEST_ACCEPTANCE_NAMES = (VLLM_V1_REQUEST_ACCEPTANCE, "vllm:spec_decode_request_acceptance_rate")
-VLLM_V1_REQUEST_ACCEPTANCE_BUCKET = VLLM_V1_REQUEST_ACCEPTANCE + "_bucket"
-VLLM_V1_REQUEST_ACCEPTANCE_COUNT = VLLM_V1_REQUEST_ACCEPTANCE + "_count"
 # Requests below / above these per-request acceptances are flagged (PR #44487: very low
 # goes with garbled output, very high with repetition loops). Read at bucket edges:
 # the nearest edge at or below LOW, at or above HIGH (and below 1, the largest rate).
@@ -334,7 +332,6 @@ HEALTH_STATES = ("ok", "degraded", "collapsed", "idle", "unknown")
 PREFIX = "vllm_specdec"
 LABEL_TARGET = "target"
 LABEL_WINDOW = "window"
-LABEL_STATE = "state"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"

@@ -43,7 +43,6 @@ MAX_SPEED = 40.0  # above it the 20 s window would hold fewer than two polls
 # its gain over the next window: 2 % lower (the simulator has no noise; the sidecar's health
 # decides the rest).
 FALLING = 0.98
-DEMO_WINDOW = "20s"  # the shown window at speed 1
 WANTED = [
     metrics.name(n)
     for n in (

@@ -48,8 +48,6 @@ class EngineState:
     tokens_f: float = 0.0
     pos_f: list[float] = field(default_factory=list)
     generation_f: float = 0.0
-    steps_latency_f: float = 0.0
-    requests_f: float = 0.0
 
     def advance(self, dt: float) -> None:
         """Integrate dt seconds of traffic at the current parameters."""
@@ -65,7 +63,6 @@ class EngineState:
         for i, s in enumerate(p.per_position):
             self.pos_f[i] += new * s
         self.generation_f += new * (1.0 + sum(p.per_position))
-        self.steps_latency_f += new * p.step_latency_seconds
 
     def counters(self) -> tuple[int, int, int, list[int], int]:
         per_pos = [math.floor(v) for v in self.pos_f]

@@ -88,9 +88,6 @@ class LabelledAdapter:
         # No engine label: these producers count per server (or per worker, by identity).
         return (s.labels.get(config.LABEL_MODEL, ""), engine_id(s.labels, self._identity, engine=None))
 
-    def _bounded(self, s: Sample, warnings: list[str], impossible: list[str] | None = None) -> bool:
-        return bounded(s, self._key(s), warnings, impossible)
-
     def score(self, exp: Exposition) -> int:
         return families_present(exp, self.spec_families, self._require_labels)
 

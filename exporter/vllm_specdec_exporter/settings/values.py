@@ -106,6 +106,3 @@ class Settings:
     @property
     def listen_address(self) -> str:
         return f"{self.listen_host or ''}:{self.listen_port}"
-
-    def window_seconds(self, label: str) -> float:
-        return dict(self.windows)[label]
