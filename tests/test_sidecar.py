@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from sidecar_harness import harness, one, run, values
+from sidecar_harness import T0, Sidecar, dump, harness, one, run, scrape, values
 
 P = "vllm_specdec"
 HEALTHY = (0.924, 0.687)
@@ -294,4 +294,63 @@ def test_backoff_grows_with_jitter_and_is_capped():
             assert all(2 <= d <= 30 for ds in delays for d in ds)
             assert max(delays[0]) <= 4 and min(delays[-1]) >= 15  # grows to the cap
             assert len(set(delays[-1])) > 1  # jittered
+    run(go())
+
+
+def test_summary_api_carries_the_cost_gauges():
+    """/api/v1/summary's "cost" per model is the sidecar's cost gauges over the same window.
+    Three targets, k=2, polled every 5 s (their counters carry _created):
+    - V4-Pro (profile AL 2.27) at 50 drafts/s, position 0 in 4 % of drafts and 1 in 0.4 %: 10 + 1
+      accepted of every 250 drafts, AL 1.044; 2.27 / 1.044 = 2.17433x the decode steps,
+      1 - 1.044 / 2.27 = 54.0088 % wasted, 50 drafts/s x 2.27 = 113.5 healthy tokens/s, under the
+      break-even 1 + 0.05 x 2 = 1.1;
+    - my-model (no profile) at 50 drafts/s, AL 1 + 0.5 + 0.2 = 1.7: no healthy AL, so no factor,
+      share or tokens/s (null, as the gauges are absent), above the break-even;
+    - slow-model at 1 draft/s: 60 drafts in 1m, under min_drafts (100): no figure at all but the
+      break-even (below_break_even null)."""
+    serves = {
+        "pro": lambda t: dump(MODEL, 50 * (t - T0), (0.04, 0.004), T0),
+        "mine": lambda t: dump("my-model", 50 * (t - T0), (0.5, 0.2), T0),
+        "slow": lambda t: dump("slow-model", 1 * (t - T0), (0.5, 0.2), T0),
+    }
+
+    async def go():
+        async with Sidecar(serves, T0 + 10) as s:
+            await s.poll_until(T0 + 3700)  # every window (up to 1h) full
+            async with s.session.get(f"{s.url}/api/v1/summary?window=1m") as r:
+                models = (await r.json())["models"]
+            assert models[MODEL]["cost"] == {
+                "healthy_mean_acceptance_length": 2.27,
+                "decode_step_factor_ratio": pytest.approx(2.17433, abs=5e-6),
+                "decode_steps_wasted_ratio": pytest.approx(0.540088, abs=5e-7),
+                "healthy_output_tokens_per_second": pytest.approx(113.5),
+                "break_even_mean_acceptance_length": pytest.approx(1.1),
+                "below_break_even": True,
+            }
+            assert models["my-model"]["cost"] == {
+                "healthy_mean_acceptance_length": None, "decode_step_factor_ratio": None,
+                "decode_steps_wasted_ratio": None, "healthy_output_tokens_per_second": None,
+                "break_even_mean_acceptance_length": pytest.approx(1.1), "below_break_even": False,
+            }
+            assert models["slow-model"]["cost"] == {
+                "healthy_mean_acceptance_length": None, "decode_step_factor_ratio": None,
+                "decode_steps_wasted_ratio": None, "healthy_output_tokens_per_second": None,
+                "break_even_mean_acceptance_length": pytest.approx(1.1), "below_break_even": None,
+            }
+            # The same figures as the gauges, window by window; null where a gauge is absent.
+            m = await scrape(s.session, s.url)
+            gauges = ("decode_step_factor_ratio", "decode_steps_wasted_ratio", "healthy_output_tokens_per_second")
+            for window in ("1m", "5m", "15m", "1h"):
+                async with s.session.get(f"{s.url}/api/v1/summary?window={window}") as r:
+                    models = (await r.json())["models"]
+                assert set(models) == {MODEL, "my-model", "slow-model"}
+                for model, entry in models.items():
+                    for name in gauges:
+                        found = values(m, f"{P}_{name}", model_name=model, window=window)
+                        assert entry["cost"][name] == (found[0] if found else None), (window, model, name)
+                    assert [entry["cost"]["break_even_mean_acceptance_length"]] == values(
+                        m, f"{P}_break_even_mean_acceptance_length", model_name=model)
+                assert models[MODEL]["cost"]["decode_step_factor_ratio"] is not None, window
+                assert models["slow-model"]["cost"]["below_break_even"] is (None if window == "1m" else False), window
+
     run(go())

@@ -1,6 +1,7 @@
 """Counters per engine -> the stable JSON summary (CLI --format json, /api/v1/summary).
 
-Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}}},
+Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}, "health": ..., "diagnosis": [...],
+                           "cost": COST (/api/v1/summary; the CLI adds its own)}},
          "interval_seconds": number|null, "warnings": [...]}
 """
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import config
-from .derive import derive, invariant_violations, sum_counters
+from . import capacity, config
+from .derive import Stats, derive, invariant_violations, sum_counters
 from .diagnosis import Known
 from .health import Engines, Verdict, judge
 from .model import Counters, SeriesKey, engine_order, series_name
@@ -18,6 +19,8 @@ from .model import Counters, SeriesKey, engine_order, series_name
 # model, its engines' counters -> the verdict with its likely causes (health.judge with what
 # the caller knows: profile, restarts, k changes, earlier figures).
 Judge = Callable[[str, Mapping[str, Counters]], Verdict]
+# model, its figures over the interval (summed over its engines) -> its "cost" entry (``cost``).
+Cost = Callable[[str, Stats], dict[str, Any]]
 
 
 def summarize(
@@ -25,7 +28,10 @@ def summarize(
     interval_seconds: float | None = None,
     warnings: Iterable[str] = (),
     verdict: Judge | None = None,
+    cost_of: Cost | None = None,
 ) -> dict[str, Any]:
+    """The schema over ``engines``' counters; ``verdict``: each model's verdict (counters alone
+    without); ``cost_of``: each model's "cost" entry (none without: the CLI adds its own)."""
     by_model: dict[str, Engines] = {}
     for (model, engine), counters in engines.items():
         by_model.setdefault(model, Engines())[engine] = counters
@@ -59,8 +65,32 @@ def summarize(
             "health": {"state": v.state, "reason": v.reason},
             "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in v.causes],
         }
+        if cost_of is not None:
+            models[model]["cost"] = cost_of(model, stats)
     return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}
 
 
 def _counters_only(span: float | None) -> Judge:
     return lambda model, engines: judge(engines, span, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+
+
+def cost(stats: Stats, healthy: float | None, draft_step_cost: float, min_drafts: int, span: float | None) -> dict[str, Any]:
+    """What the head costs in decode steps over the interval: the sidecar's cost gauges
+    (collector: capacity.capacity and break_even, on the same figures) against the healthy AL
+    they read (``healthy``: the profile's, None without one), null wherever they are absent:
+    the window figures with fewer than ``min_drafts`` drafts (``below_break_even`` too), the
+    factor, the share and the healthy tokens/s without a healthy AL, the tokens/s without a
+    ``span`` (seconds) to make a rate of."""
+    k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
+    enough = al is not None and drafts >= min_drafts
+    per_second = drafts / span if span is not None and span > 0 else None
+    c = capacity.capacity(al, healthy, k, draft_step_cost, per_second) if enough else None
+    break_even = capacity.break_even(k, draft_step_cost) if k else None
+    return {
+        "healthy_mean_acceptance_length": healthy,
+        "decode_step_factor_ratio": None if c is None else c.step_factor,
+        "decode_steps_wasted_ratio": None if c is None else c.wasted_share,
+        "healthy_output_tokens_per_second": None if c is None else c.healthy_tokens_per_second,
+        "break_even_mean_acceptance_length": break_even,
+        "below_break_even": (break_even is not None and al is not None and al < break_even) if enough else None,
+    }

@@ -21,6 +21,7 @@ from prometheus_client.exposition import choose_encoder
 
 from . import config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
+from .derive import Stats
 from .diagnosis_state import together, window_verdict
 from .health import Verdict
 from .landing import ChartKey, landing_page
@@ -29,7 +30,7 @@ from .parse_pool import close_parse_pool
 from .poller import TargetPoller
 from .server import GuardedSite, Limits, open_file_limit
 from .settings import Settings
-from .summary import summarize
+from .summary import cost, summarize
 from .views import TargetView
 from .webconfig.auth import Authenticator
 from .webconfig.middleware import auth_middleware
@@ -208,7 +209,13 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
             window, per_engine, span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
         )
 
-    return summarize(engines, span, warnings, verdict)
+    def cost_of(model: str, stats: Stats) -> dict[str, Any]:
+        # The cost gauges' own reference over every window: the profile of the model's view.
+        profile = next((mv.profile for v in views for mv in v.models if mv.model_name == model), None)
+        healthy = None if profile is None else profile.mean_acceptance_length
+        return cost(stats, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
+
+    return summarize(engines, span, warnings, verdict, cost_of)
 
 
 async def summary(request: web.Request) -> web.Response:
