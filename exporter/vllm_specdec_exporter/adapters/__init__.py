@@ -59,52 +59,16 @@ WANTED: frozenset[str] = frozenset(name for a in ADAPTERS for name in a.families
 
 
 def _score(adapter: Adapter, exp: Exposition) -> int:
-    """How many of the adapter's spec-decode families are present, asked of the adapter
-    (``ranked`` counts the same from ``score_basis``; tests/test_adapters.py holds them equal)."""
+    """How many of the adapter's spec-decode families are present."""
     score = getattr(adapter, "score", None)
     return score(exp) if score else families_present(exp, adapter.spec_families)
 
 
-# Per adapter, what its score counts: the alternatives of spec families (the most present
-# wins) and the labels a sample must carry to count (Dynamo's), or None: ask the adapter.
-Basis = tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]
-
-
-def _basis(adapter: Adapter) -> Basis | None:
-    basis: Basis | None = getattr(adapter, "score_basis", None)
-    if basis is None and getattr(adapter, "score", None) is None:
-        basis = ((adapter.spec_families,), ())
-    return basis
-
-
-_BASES: tuple[tuple[Adapter, Basis | None], ...] = tuple((a, _basis(a)) for a in ADAPTERS)
-
-
-def _counted(exp: Exposition, present: set[str], basis: Basis) -> int:
-    """``_score`` from the names present: the sample scan for required labels only for a
-    family that is present (most adapters' families are absent from any one payload)."""
-    alternatives, labels = basis
-    best = 0
-    for names in alternatives:
-        if labels:
-            n = sum(
-                1 for name in names if name in present and any(not s.labels.keys().isdisjoint(labels) for s in exp.samples[name])
-            )
-        else:
-            n = sum(1 for name in names if name in present)
-        best = max(best, n)
-    return best
-
-
 def ranked(exp: Exposition) -> tuple[Adapter, ...]:
     """The adapters whose spec-decode families are present, the most families first
-    (``ADAPTERS`` order on a tie)."""
-    present = {name for name, samples in exp.samples.items() if samples}
-    scored = []
-    for adapter, basis in _BASES:
-        score = _score(adapter, exp) if basis is None else _counted(exp, present, basis) if present else 0
-        if score:
-            scored.append((-score, adapter))
+    (``ADAPTERS`` order on a tie). Every adapter asked in full: ~50 us a poll (a second,
+    name-only count saved ~30 us, 1 % of a DP=8 poll, and was removed: docs/performance.md)."""
+    scored = [(-score, adapter) for adapter in ADAPTERS if (score := _score(adapter, exp))]
     scored.sort(key=lambda pair: pair[0])  # stable: ADAPTERS order on a tie
     return tuple(adapter for _, adapter in scored)
 

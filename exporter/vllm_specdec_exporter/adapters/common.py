@@ -91,10 +91,5 @@ class LabelledAdapter:
     def score(self, exp: Exposition) -> int:
         return families_present(exp, self.spec_families, self._require_labels)
 
-    @property
-    def score_basis(self) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
-        """What score() counts, for adapters.ranked."""
-        return (self.spec_families,), self._require_labels
-
     def detect(self, exp: Exposition) -> bool:
         return self.score(exp) > 0

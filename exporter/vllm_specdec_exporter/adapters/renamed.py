@@ -76,12 +76,6 @@ class RenamedVllmAdapter:
         self.spec_families = tuple(src for r in renames for src, dst in r.items() if dst != config.VLLM_V1_GENERATION_TOKENS)
         self.families = tuple(src for r in renames for src in r)
         self.approximate: tuple[str, ...] = ()
-        # What score() counts, for adapters.ranked: the spec families of each alternative,
-        # and the labels a sample must carry.
-        self.score_basis = (
-            tuple(tuple(s for s, d in r.items() if d != config.VLLM_V1_GENERATION_TOKENS) for r in renames),
-            require_labels,
-        )
 
     def _score(self, exp: Exposition, renames: dict[str, str]) -> int:
         spec = [s for s, d in renames.items() if d != config.VLLM_V1_GENERATION_TOKENS]
