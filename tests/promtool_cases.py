@@ -849,33 +849,49 @@ def direct_two_jobs_group() -> dict:
 
 
 def direct_invariant_group() -> dict:
+    """The invariants on each engine's totals at one instant (issue 35 item 3: not rates over 5m)."""
     v = "vllm-direct"
     bad = {"drafts": 1000, "tokens": 2000, "accepted": 3000, "pos": [1000, 1000], "gen": 4000}  # accepted > tokens
     # accepted within the draft tokens, but not the sum of the positions (1,500 against 1,100)
     mismatch = {"drafts": 1000, "tokens": 2000, "accepted": 1500, "pos": [1000, 100], "gen": 2500}
+    # accepted above the draft tokens (2,100 against 2,000 a minute) and equal to the positions' sum:
+    # only the first invariant sees it
+    over = {"drafts": 1000, "tokens": 2000, "accepted": 2100, "pos": [1100, 1000], "gen": 3100}
+    # one accepted token a minute more than the positions' sum (10,617.49 against 10,616.49): a gap of
+    # 0.0094 % of the totals, under the 0.1 % slack a rate needed, over the totals' 1e-9
+    off = {**PRO_HEALTHY, "accepted": PRO_HEALTHY["accepted"] + 1}
     s = deployment(v, "pro-bad-producer", PRO, [(bad, 30)]) + deployment(v, "pro-healthy", PRO, [(PRO_HEALTHY, 30)])
     s += deployment(v, "pro-pos-mismatch", PRO, [(mismatch, 30)])
+    s += deployment(v, "pro-slightly-off", PRO, [(off, 30)])
     I = "VLLMSpecDecodeCounterInvariantViolated"
 
     # One engine of eight broken, beside seven healthy ones: a per-server sum would hide it.
     s += [x for e in range(1, 8) for x in deployment(v, "pro-one-of-eight", PRO, [(mismatch if e == 7 else PRO_HEALTHY, 30)],
                                                        engine=str(e))]
+    # Engine 3 of four counts more accepted than draft tokens; its siblings' margin (13,180 draft tokens
+    # against 10,616 accepted a minute each) would hide it in a per-server sum.
+    s += [x for e in range(4) for x in deployment(v, "pro-over-draft", PRO, [(over if e == 3 else PRO_HEALTHY, 30)],
+                                                    engine=str(e))]
+    # Healthy, restarted after 15 minutes (every counter back to zero together): nothing, while the
+    # restart is inside the 5m window (18m) and after (25m).
+    s += [x for e in range(2) for x in deployment(v, "pro-restarted", PRO, [(PRO_HEALTHY, 15), ("restart",), (PRO_HEALTHY, 15)],
+                                                    engine=str(e))]
+    # A fresh engine from 16m: nothing accepted yet (0 / 0 is no sample), then a few tokens a minute
+    # (totals of 3 to 12 accepted tokens: exact, no slack needed): nothing.
+    s += deployment(v, "pro-fresh", PRO, [("gone", 16), (mix(2, [0, 0]), 2), (mix(3, [2, 1]), 4)])
 
     def violated(pod: str, engine: str = "0") -> dict:
         return alert(I, "info", {"namespace": NS, "pod": pod, "model_name": PRO, "engine": engine},
                      "vLLM's speculative-decoding counters break their own invariants.",
                      f"Engine {engine} of {where(pod, PRO)} reports accepted tokens that exceed its draft tokens or differ "
                      f"from the sum of its per-position counts: a partial scrape or a broken producer.")
+
+    broken = [violated("pro-bad-producer"), violated("pro-one-of-eight", "7"), violated("pro-over-draft", "3"),
+              violated("pro-pos-mismatch"), violated("pro-slightly-off")]
     return group(
         "direct: counters that break vLLM's invariants",
         s,
-        [
-            check(
-                "20m",
-                I,
-                [violated("pro-bad-producer"), violated("pro-one-of-eight", "7"), violated("pro-pos-mismatch")],
-            ),
-        ],
+        [check("18m", I, broken), check("20m", I, broken), check("25m", I, broken)],
     )
 
 

@@ -357,13 +357,31 @@ def invariant(x: X) -> tuple[str, str]:
         )
     # Per engine, from the raw counters: a per-server sum (tried for issue 35's cost) hides one
     # engine of eight behind its siblings' margin, and swapped positions cancel out.
+    # On the totals at one instant, not on rates over a range (issue 35 item 3): vLLM counts the
+    # three counters together in one process and serves them in one payload, and Prometheus appends
+    # a scrape at once, so the latest sample of each is one snapshot and vLLM's invariants hold on it
+    # exactly (accepted <= draft tokens, accepted == the sum over positions: integers carried as
+    # floats, with the sidecar's relative slack for float noise, not the rates' 0.001). A rate over
+    # the range read only the window's two ends too (and resets), but decoded every sample between.
+    # - A violation in the past stays in the totals until the process restarts (vLLM resets every
+    #   counter together; a restart leaves nothing to flag, mid-window or not): the alert stays on for
+    #   as long as the engine's totals disagree, where a rate dropped it 5 minutes later. The slack is
+    #   relative but tiny (10 tokens at 10^10), so a late glitch is not hidden by a long uptime.
+    # - A fresh engine: 0 / 0 gives no sample, and small totals are exact (no absolute slack needed).
+    # - A partial scrape: a series missing from a scrape is marked stale, so the sum lacks it and the
+    #   alert fires while it is missing (a rate saw it only when it fell on the window's ends). A
+    #   failed scrape marks the whole target stale: nothing. Two servers behind one URL give each
+    #   scrape one server's consistent snapshot: not seen here (a rate saw it by accident, when
+    #   the counters' resets disagreed; the sidecar's TargetInconsistent is the check for it).
+    # - ALERT_INVARIANT_FOR stays 0m: the group reads every 3 minutes the latest scrape; a `for` would
+    #   only drop a snapshot broken once (a torn scrape), which the rate form also saw at both ends.
+    # accepted is read twice, not three times: |1 - positions / accepted| is the relative gap.
     eb = by(x.lv[ENGINE])
-    rng, sel, src = x.o.range(x.w), selector_of(x.o), x.src
-    acc = f"sum by ({eb}) (rate({src.accepted}{sel}[{rng}]))"
+    sel, src, tol = selector_of(x.o), x.src, c.INVARIANT_RELATIVE_TOLERANCE
+    acc = f"sum by ({eb}) ({src.accepted}{sel})"
     return (
-        f"{acc}\n  > on({eb}) sum by ({eb}) (rate({src.draft_tokens}{sel}[{rng}]))\n"
-        f"or\nabs({acc} - on({eb}) sum by ({eb}) (rate({src.per_pos}{sel}[{rng}])))\n"
-        f"  > on({eb}) 0.001 * {acc} + 0.001",
+        f"{acc}\n  > on({eb}) {1 + tol:.12g} * sum by ({eb}) ({src.draft_tokens}{sel})\n"
+        f"or\nabs(1 - sum by ({eb}) ({src.per_pos}{sel}) / on({eb}) {acc}) > {tol:g}",
         f"Engine {ENGINE_LABEL} of {x.where} reports accepted tokens that exceed its draft tokens "
         f"or differ from the sum of its per-position counts: a partial scrape or a broken producer.",
     )
