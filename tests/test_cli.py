@@ -386,7 +386,7 @@ def test_report_and_diff_print_the_decode_cost_against_the_profile(tmp_path):
     few_json = json.loads(run_cli("diff", str(tmp_path / "a"), str(tmp_path / "c"), "--format", "json").stdout)
     assert few_json["models"][MODEL]["cost"] == {
         "healthy_mean_acceptance_length": 1.99, "decode_step_factor_ratio": None, "decode_steps_wasted_ratio": None,
-        "break_even_mean_acceptance_length": 1.1, "below_break_even": None}
+        "healthy_output_tokens_per_second": None, "break_even_mean_acceptance_length": 1.1, "below_break_even": None}
     # No profile: the cost is unknown (never 0 % wasted), but under the break-even is still said.
     for name in "ab":
         (tmp_path / f"{name}.mystery").write_text((tmp_path / name).read_text().replace(MODEL, "mystery-model"))

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import __version__, capacity, config
+from . import __version__, config
 from .adapters import PRODUCERS, extract
 from .derive import delta_engines, sum_counters
 from .diagnosis import Earlier
@@ -20,7 +20,7 @@ from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
 from .sources import SourceError, credentials, read_source, redact_url, scrub
-from .summary import Judge, summarize
+from .summary import Judge, cost, summarize
 
 PROG = "vllm-specdec-exporter"
 
@@ -136,32 +136,17 @@ def _profile(model: str, k: int) -> BaselineProfile | None:
 
 def _with_profiles(summary: dict[str, Any]) -> dict[str, Any]:
     """Each model's baseline profile in the summary (None: no healthy reference), and what its
-    head costs in decode steps against that profile (``_cost``)."""
+    head costs in decode steps against that profile (summary.cost, as the sidecar's
+    /api/v1/summary: the CLI has no history to learn a healthy AL from, nor a span)."""
     for model, entry in summary["models"].items():
         p = _profile(model, entry["all"]["k"])
         entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
-        entry["cost"] = _cost(entry["all"], p)
+        s, healthy = entry["all"], None if p is None else p.mean_acceptance_length
+        step_cost = config.DETECTION.draft_step_cost
+        entry["cost"] = cost(
+            s["k"], s["mean_acceptance_length"], s["num_drafts"], healthy, step_cost, config.DEFAULT_MIN_DRAFTS, None
+        )
     return summary
-
-
-def _cost(stats: dict[str, Any], profile: BaselineProfile | None) -> dict[str, Any]:
-    """The sidecar's cost gauges (capacity.py) on the CLI's counters, against the profile's AL
-    (the CLI has no history to learn a healthy AL from): decode steps against a healthy head's,
-    the share wasted, the break-even. Figures only where the sidecar exports them: with a
-    profile, and with at least its min_drafts drafts (below_break_even None: too few)."""
-    k, al, drafts = stats["k"], stats["mean_acceptance_length"], stats["num_drafts"]
-    step_cost = config.DETECTION.draft_step_cost
-    healthy = None if profile is None else profile.mean_acceptance_length
-    enough = al is not None and drafts >= config.DEFAULT_MIN_DRAFTS
-    c = capacity.capacity(al, healthy, k, step_cost) if enough else None
-    break_even = capacity.break_even(k, step_cost) if k else None
-    return {
-        "healthy_mean_acceptance_length": healthy,
-        "decode_step_factor_ratio": None if c is None else c.step_factor,
-        "decode_steps_wasted_ratio": None if c is None else c.wasted_share,
-        "break_even_mean_acceptance_length": break_even,
-        "below_break_even": (break_even is not None and al < break_even) if enough else None,
-    }
 
 
 def _report(args: argparse.Namespace) -> tuple[dict[str, Any], str]:

@@ -74,14 +74,16 @@ def _counters_only(span: float | None) -> Judge:
     return lambda model, engines: judge(engines, span, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
 
 
-def cost(stats: Stats, healthy: float | None, draft_step_cost: float, min_drafts: int, span: float | None) -> dict[str, Any]:
+def cost(
+    k: int, al: float | None, drafts: float, healthy: float | None, draft_step_cost: float, min_drafts: int, span: float | None
+) -> dict[str, Any]:
     """What the head costs in decode steps over the interval: the sidecar's cost gauges
     (collector: capacity.capacity and break_even, on the same figures) against the healthy AL
     they read (``healthy``: the profile's, None without one), null wherever they are absent:
     the window figures with fewer than ``min_drafts`` drafts (``below_break_even`` too), the
     factor, the share and the healthy tokens/s without a healthy AL, the tokens/s without a
-    ``span`` (seconds) to make a rate of."""
-    k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
+    ``span`` (seconds) to make a rate of (the CLI's report and diff: none). ``k``, ``al`` and
+    ``drafts``: the figures' k, mean acceptance length and drafts."""
     enough = al is not None and drafts >= min_drafts
     per_second = drafts / span if span is not None and span > 0 else None
     c = capacity.capacity(al, healthy, k, draft_step_cost, per_second) if enough else None

@@ -213,7 +213,8 @@ def summary_for(app: web.Application, window: str) -> dict[str, Any]:
         # The cost gauges' own reference over every window: the profile of the model's view.
         profile = next((mv.profile for v in views for mv in v.models if mv.model_name == model), None)
         healthy = None if profile is None else profile.mean_acceptance_length
-        return cost(stats, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
+        k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
+        return cost(k, al, drafts, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
 
     return summarize(engines, span, warnings, verdict, cost_of)
 
