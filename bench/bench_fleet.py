@@ -253,6 +253,18 @@ def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: 
     return fleet
 
 
+def summed_positions(series: list[Series]) -> dict[int, list[int]]:
+    """Per vLLM accepted-token series (its index), the indices of its engine's per-position series:
+    its value is their sum, as vLLM counts it (each counter floored alone would differ from the sum
+    by up to k tokens, which VLLMSpecDecodeCounterInvariantViolated reads as a broken producer)."""
+    key = lambda s: tuple(sorted((k, v) for k, v in s.labels.items() if k != c.LABEL_POSITION))
+    positions: dict[tuple, list[int]] = defaultdict(list)
+    for i, s in enumerate(series):
+        if s.name == c.VLLM_V1_ACCEPTED_PER_POS:
+            positions[key(s)].append(i)
+    return {i: positions[key(s)] for i, s in enumerate(series) if s.name == c.VLLM_V1_ACCEPTED and positions.get(key(s))}
+
+
 def fmt_labels(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in labels.items())
 
@@ -263,9 +275,10 @@ class Generator:
     def __init__(self, fleet: Fleet):
         self.shards = []
         for group in fleet.per_target:
-            counters = [(f"{s.name}{{{fmt_labels(s.labels)}}} ", s.rate) for s in group if s.rate]
+            counting = [s for s in group if s.rate]
+            counters = [(f"{s.name}{{{fmt_labels(s.labels)}}} ", s.rate) for s in counting]
             gauges = "".join(f"{s.name}{{{fmt_labels(s.labels)}}} {s.value:g}\n" for s in group if not s.rate)
-            self.shards.append((counters, gauges.encode()))
+            self.shards.append((counters, gauges.encode(), summed_positions(counting)))
         self.t0 = fleet.t0
         gen = self
 
@@ -288,9 +301,12 @@ class Generator:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def render(self, shard: int) -> bytes:
-        counters, gauges = self.shards[shard]
+        counters, gauges, summed = self.shards[shard]
         dt = time.time() - self.t0
-        return "".join([f"{p}{math.floor(r * dt)}\n" for p, r in counters]).encode() + gauges
+        values = [math.floor(r * dt) for _p, r in counters]
+        for i, parts in summed.items():
+            values[i] = sum(values[j] for j in parts)
+        return "".join([f"{p}{v}\n" for (p, _r), v in zip(counters, values, strict=True)]).encode() + gauges
 
     def __enter__(self):
         self.thread.start()
@@ -429,7 +445,9 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
 def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: str) -> tuple[int, float]:
     """Write the history in time order, 10-minute slices; returns (samples, seconds)."""
     started = time.monotonic()
-    raw = [(labels_bytes(s.name, {**s.labels, "job": "fleet"}), s.rate, s.value) for s in fleet.all() if s.backfill]
+    raw_series = [s for s in fleet.all() if s.backfill]
+    raw = [(labels_bytes(s.name, {**s.labels, "job": "fleet"}), s.rate, s.value) for s in raw_series]
+    summed = summed_positions(raw_series)
     # A series of the long group has a sample every few minutes, as its group would have left.
     every = recorded_every(rule_text)
     recorded = [
@@ -453,8 +471,11 @@ def backfill(base: str, fleet: Fleet, end: float, o: rules.Options, rule_text: s
         if ts[-1] >= raw_first:
             keep = ts >= raw_first
             rts, rtv = ts[keep], tv[keep]
-            for lab, rate, value in raw:
-                batch.append(lab + samples_bytes(np.floor(rate * (rts - fleet.t0)) if rate else np.full(len(rts), value), rtv))
+            values = [np.floor(rate * (rts - fleet.t0)) if rate else np.full(len(rts), value) for _lab, rate, value in raw]
+            for i, parts in summed.items():
+                values[i] = sum(values[j] for j in parts)
+            for (lab, _rate, _value), v in zip(raw, values, strict=True):
+                batch.append(lab + samples_bytes(v, rtv))
                 if len(batch) >= 20000:
                     remote_write(base, batch)
                     batch = []
