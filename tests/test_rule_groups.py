@@ -74,3 +74,18 @@ def test_a_long_window_reads_its_own_levels_5m_rates_not_every_servers(variant):
             for metric in ("drafts", "accepted_tokens", "generation_tokens", "position_accepted_tokens"):
                 got = exprs[f"{level}:vllm_specdec_{metric}:rate{w}"]
                 assert got == f"avg_over_time({level}:vllm_specdec_{metric}:rate5m[{span}])", got
+
+
+def test_the_invariant_alert_reads_each_engines_totals_at_one_instant():
+    """Issue 35 item 3: vLLM-direct's invariant alert was the costliest rule (three [5m] rates per
+    engine, accepted tokens three times). Now one sample per series: accepted read twice, the draft
+    tokens and the positions once, each summed per engine (a per-server sum hides one engine of eight)."""
+    (expr,) = [r["expr"] for g in rules.rule_file("vllm-direct")["groups"] for r in g["rules"]
+               if r.get("alert") == "VLLMSpecDecodeCounterInvariantViolated"]
+    assert "[" not in expr and "rate(" not in expr, expr
+    assert expr.count("vllm:spec_decode_num_accepted_tokens_total") == 2
+    assert expr.count("vllm:spec_decode_num_draft_tokens_total") == 1
+    assert expr.count("vllm:spec_decode_num_accepted_tokens_per_pos_total") == 1
+    assert expr.count("sum by (cluster, namespace, pod, model_name, engine)") == 4
+    # The sidecar's float slack, not the rates' 0.1 %
+    assert "> 1e-09" in expr and "1.000000001 *" in expr
