@@ -574,6 +574,26 @@ def chain_group(v: str) -> dict:
     )
 
 
+def chain_blend_group(v: str) -> dict:
+    """Issue 30: a busy server whose chain is broken from the start (position 1's conditional
+    7 / 552 = 1.27 %), carrying 30 % of the model's drafts beside a healthy server (914 / 1,288 =
+    71 %), no profile. The model's chain history, blended, read (914 + 7) / (1,288 + 552) = 0.50,
+    under the gate (2 x 0.3) and kept the broken server quiet; the best server's 0.71 opens it.
+    The healthy server stays quiet."""
+    cases = (("blend-ok", mix(1400, [1288, 914])), ("blend-broken", mix(600, [552, 7])))
+    s = []
+    for pod, m in cases:
+        s += deployment(v, pod, "Blend/Model", [(m, 60)])
+        if v == "sidecar":
+            s += sidecar_gauges(pod, "Blend/Model", 2, None, None)
+    C = "VLLMSpecDecodeDraftChainBroken"
+    return group(
+        "a busy server with a broken chain beside a healthy one, no profile: the best server's history",
+        s,
+        [check("30m", C, [chain_broken("blend-broken", "Blend/Model", "1.268%")])],
+    )
+
+
 def gappy(v: str, pod: str, m: dict, minutes: int, engine: str, gaps: dict[str, set[int]]) -> list[dict]:
     """One engine's counters minute by minute, with the minutes in ``gaps[key]`` missing from
     that series only (a missed scrape, or one series of a ratio sampled and the other not); the
@@ -1448,6 +1468,7 @@ def suite(variant: str) -> dict:
         dropped_group(variant),
         rollout_group(variant),
         chain_group(variant),
+        chain_blend_group(variant),
         gaps_group(variant),
         quiet_rollout_group(variant),
         not_drafting_group(variant),

@@ -49,9 +49,9 @@ def test_the_alert_table_states_the_thresholds_the_rules_are_built_from():
     chain, collapsed = "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeAcceptanceCollapsed"
     below, position0 = "VLLMSpecDecodeAcceptanceBelowBaseline", "VLLMSpecDecodeFirstPositionAcceptanceLow"
     assert "`chain_conditional_floor` (0.3)" in row(before, chain)
-    assert "the model's was at 0.6 or more within 1d" in row(before, chain)
+    assert "the model's best busy server's was at 0.6 or more over an hour within 1d" in row(before, chain)
     assert "`chain_conditional_floor` (0.2)" in row(after, chain)
-    assert "the model's was at 0.4 or more within 2d" in row(after, chain)
+    assert "the model's best busy server's was at 0.4 or more over an hour within 2d" in row(after, chain)
     assert "< 1 + `collapse_margin` (1.1)" in row(before, collapsed) and "0.1: every broken-collapse" in row(before, collapsed)
     assert "< 1 + `collapse_margin` (1.2)" in row(after, collapsed) and "0.2: every broken-collapse" in row(after, collapsed)
     assert "`degraded_fraction` (0.5)" in row(after, below) and "(V4-Flash k=7: 0.071)" in row(after, position0)

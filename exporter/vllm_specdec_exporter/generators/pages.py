@@ -109,8 +109,8 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
     ),
     "DraftChainBroken": (
         "position 1's conditional acceptance over {window} < `chain_conditional_floor` ({chain_conditional_floor}) while "
-        "position 0 >= {position0_floor}, with traffic, where a profile matches or the model's was at {chain_healthy} or "
-        "more within {day_range}",
+        "position 0 >= {position0_floor}, with traffic, where a profile matches or the model's best busy server's was at "
+        "{chain_healthy} or more over an hour within {day_range}",
         "a chain broken after position 0 that AL-based alerts miss at small k (SGLang's V4 MTP k=3 bug: AL 2.17 "
         "against BelowBaseline's {v4_pro_k3_degraded_floor}), from start-up or on a rollout's new pods",
         "healthy conditionals are >= 0.41 (the fixed V4-Flash k=2 sampling; V4-Pro 0.74, golden curves 0.61-0.80); "

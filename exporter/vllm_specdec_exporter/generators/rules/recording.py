@@ -204,15 +204,19 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     record(
         slow, name(ml, "position_acceptance_ratio", f"max_over_time{DAY}"), f'max_over_time({p0}{{position="0"}}[{o.day_range}])'
     )
-    # Position 1's conditional over the servers that draft a position 1 only: a k=1 server beside
-    # k>=2 ones adds position-0 acceptances with no position 1, which would dilute the ratio.
+    # Position 1's conditional of the model's best server over the hour (at production traffic),
+    # not a blend: a busy server whose chain is broken from the start, with 30 % of the drafts,
+    # held a blend at 0.527 beside a healthy server's 0.71, under the gate (2 x the floor), and
+    # kept its own alert shut. A server without a position 1 (k=1) has no conditional at all.
     pos = name(SERVER, "position_accepted_tokens", f"rate{hw}")
     chain = name(ml, "position1_conditional_acceptance_ratio", f"ratio_rate{hw}")
+    busy = f"{name(SERVER, 'drafts', f'rate{hw}')} >= {floor}"
     record(
         slow,
         chain,
-        f'sum by ({by(mlabels)}) ({pos}{{position="1"}})\n  / (sum by ({by(mlabels)}) ({pos}{{position="0"}} '
-        f'and on({by(labels)}) {pos}{{position="1"}}) > 0)',
+        f"max by ({by(mlabels)}) (\n  max without(position) ({pos}{{position=\"1\"}})\n"
+        f"    / on({by(labels)}) (max without(position) ({pos}{{position=\"0\"}}) > 0)\n"
+        f"  and on({by(labels)}) {busy}\n)",
     )
     record(
         slow, name(ml, "position1_conditional_acceptance_ratio", f"max_over_time{DAY}"), f"max_over_time({chain}[{o.day_range}])"
