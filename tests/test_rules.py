@@ -173,7 +173,7 @@ def test_promtool_check_rules_with_lint():
     assert proc.stdout.count("SUCCESS") == 2
 
 
-@pytest.mark.timeout(600)  # waits for the niced suites started after collection
+@pytest.mark.timeout(1800)  # waits for the suites started after collection (conftest: the same bound)
 @pytest.mark.parametrize("suite", PROMTOOL_SUITES)
 def test_promtool_unit_tests(suite, promtool_suites):
     returncode, out = promtool_suites[suite]  # `promtool test rules <suite>`, run after collection
