@@ -214,8 +214,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     record(
         slow,
         chain,
-        f"max by ({by(mlabels)}) (\n  max without(position) ({pos}{{position=\"1\"}})\n"
-        f"    / on({by(labels)}) (max without(position) ({pos}{{position=\"0\"}}) > 0)\n"
+        f'max by ({by(mlabels)}) (\n  max without(position) ({pos}{{position="1"}})\n'
+        f'    / on({by(labels)}) (max without(position) ({pos}{{position="0"}}) > 0)\n'
         f"  and on({by(labels)}) {busy}\n)",
     )
     record(
