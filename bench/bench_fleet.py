@@ -256,7 +256,7 @@ def build_fleet(variant: str, pods: int, sidecar_text: str, vllm_text: str, t0: 
 def summed_positions(series: list[Series]) -> dict[int, list[int]]:
     """Per vLLM accepted-token series (its index), the indices of its engine's per-position series:
     its value is their sum, as vLLM counts it (each counter floored alone would differ from the sum
-    by up to k tokens, which VLLMSpecDecodeCounterInvariantViolated reads as a broken producer)."""
+    by up to k tokens, which the invariant alert reads as a broken producer)."""
     key = lambda s: tuple(sorted((k, v) for k, v in s.labels.items() if k != c.LABEL_POSITION))
     positions: dict[tuple, list[int]] = defaultdict(list)
     for i, s in enumerate(series):
