@@ -1,5 +1,7 @@
-"""health: the verdict over one interval's counters (judge), the profiles' floors, and the
-shapes real deployments produce; each engine's invariant messages name its series."""
+"""summarize hands judge what it has computed of a model's engines (diagnosis.Known: the
+sum, its derived figures, which invariants are broken). The verdict and its causes must be
+exactly those judge finds from the counters alone, and each engine's invariant messages
+must still name its series."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from sidecar_harness import T0, Sidecar, dump
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.derive import invariant_violations
 from vllm_specdec_exporter.diagnosis import Earlier
-from vllm_specdec_exporter.health import judge, match_profile
+from vllm_specdec_exporter.health import Engines, judge, match_profile
 from vllm_specdec_exporter.model import BaselineProfile, Counters, series_name
 from vllm_specdec_exporter.settings import default_profiles
 from vllm_specdec_exporter.summary import summarize
@@ -44,6 +46,25 @@ ENGINES = st.dictionaries(st.tuples(st.sampled_from(["m", "n"]), st.sampled_from
 PROFILE = BaselineProfile(name="p", model=re.compile(".*"), k=2, mean_acceptance_length=2.2)
 
 
+def _from_scratch(span, profile=None):
+    # A plain dict: judge computes everything itself.
+    return lambda model, engines: judge(dict(engines), span, profile, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+
+
+def _handed(span, profile=None):
+    return lambda model, engines: judge(engines, span, profile, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+
+
+@pytest.mark.long
+@settings(max_examples=400, deadline=None)
+@given(ENGINES, st.sampled_from([None, 10.0, 600.0]), st.sampled_from([None, PROFILE]))
+def test_the_verdict_is_the_same_with_what_summarize_computed(engines, span, profile):
+    handed = summarize(engines, span, (), _handed(span, profile))
+    assert json.dumps(handed) == json.dumps(summarize(engines, span, (), _from_scratch(span, profile)))
+    if profile is None:  # the default verdict
+        assert json.dumps(summarize(engines, span)) == json.dumps(handed)
+
+
 @pytest.mark.long
 @settings(max_examples=200, deadline=None)
 @given(ENGINES)
@@ -51,6 +72,22 @@ def test_each_engine_names_its_series_in_its_invariant_messages(engines):
     summary = summarize(engines)
     for (model, engine), c in engines.items():
         assert summary["models"][model]["engines"][engine]["warnings"] == invariant_violations(c, series_name((model, engine)))
+
+
+def test_engines_changed_by_a_verdict_are_judged_from_scratch():
+    good = Counters(drafts=1000.0, draft_tokens=2000.0, accepted=1500.0, per_position=(800.0, 700.0))
+    bad = Counters(drafts=1000.0, draft_tokens=2000.0, accepted=0.0, per_position=(0.0, 0.0))
+    seen = []
+
+    def verdict(model, engines):
+        assert isinstance(engines, Engines) and engines.known is not None
+        engines["0"] = engines["1"] = bad  # what was computed no longer holds
+        seen.append(judge(engines, None, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS))
+        return seen[-1]
+
+    summarize({("m", "0"): good, ("m", "1"): good}, None, (), verdict)
+    assert seen[0] == judge({"0": bad, "1": bad}, None, None, config.DETECTION, config.DEFAULT_MIN_DRAFTS)
+    assert seen[0].state == "collapsed"
 
 
 def test_position_0_floor_under_a_profile_is_what_the_profile_allows():

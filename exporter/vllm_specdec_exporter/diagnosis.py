@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import config
 from .config import Detection
-from .derive import derive, invariant_violations, sum_counters
+from .derive import Stats, derive, invariant_violations, sum_counters
 from .model import BaselineProfile, Counters
 
 
@@ -44,6 +44,18 @@ class Earlier:
         """AL - 1 over the longer window, None without drafts there."""
         c = self.counters
         return None if c is None or c.drafts <= 0 else c.accepted / c.drafts
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What summary.summarize has computed for one model's engines, so that judge does not
+    compute it again (it runs for every model of every payload read)."""
+
+    items: tuple[tuple[str, Counters], ...]  # the engines it was computed of, in their order
+    total: Counters  # sum_counters(engines.values()), in that order
+    stats: Stats  # derive(total, ...): only its ratios are read, which neither span nor warnings change
+    total_broken: bool  # invariant_violations(total, ...) is not empty
+    broken: frozenset[str]  # the engines whose invariant_violations are not empty
 
 
 CAUSE_TEXT = {
@@ -128,6 +140,7 @@ def diagnose(
     changes: Sequence[str] = (),
     earlier: Earlier | None = None,
     profile: BaselineProfile | None = None,
+    known: Known | None = None,
 ) -> tuple[Hint, ...]:
     """Fingerprints of the causes in one interval's counters: the one classifier every surface
     uses (report/diff, /metrics, the landing page, /api/v1/summary, the demo).
@@ -136,14 +149,22 @@ def diagnose(
     ``changes``: restarts and k changes seen over the interval; ``earlier``: the counters of
     a longer earlier period when known (the sidecar's longest window; never in report or
     diff): only a fall seen there, with no change, is called a workload shift; ``profile``:
-    one rank is named only while the others stand above it (and above their earlier figure)."""
+    one rank is named only while the others stand above it (and above their earlier figure);
+    ``known``: what summarize computed of ``engines``."""
     judged = {
-        e: c for e, c in engines.items() if c.drafts >= max(min_drafts, 1) and c.k and not invariant_violations(c, "engine")
+        e: c
+        for e, c in engines.items()
+        if c.drafts >= max(min_drafts, 1)
+        and c.k
+        and not (e in known.broken if known is not None else invariant_violations(c, "engine"))
     }
     if not judged:
         return ()
-    total = sum_counters(judged.values())
-    st = derive(total)
+    if known is not None and len(judged) == len(engines):  # the same engines summed in the same order
+        total, st = known.total, known.stats
+    else:
+        total = sum_counters(judged.values())
+        st = derive(total)
     gain = _gain(total)
     hints: list[Hint] = []
     if st.acceptance_rate is not None and st.acceptance_rate > config.DIAG_TOO_GOOD_ACCEPTANCE:

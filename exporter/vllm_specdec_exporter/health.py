@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from . import capacity
 from .config import Detection
 from .derive import derive, invariant_violations, sum_counters
-from .diagnosis import Earlier, Hint, _gain, describe, diagnose
+from .diagnosis import Earlier, Hint, Known, _gain, describe, diagnose
 from .model import BaselineProfile, Counters
 
 
@@ -80,6 +80,24 @@ class Verdict:
         return describe(self.causes)
 
 
+class Engines(dict[str, Counters]):
+    """One model's engines as summarize hands them to its verdict, with what it computed of
+    them (``known``, set once they are all in). A verdict that passes them to judge unchanged
+    spares judge the work; any other mapping is judged from scratch."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: Known | None = None
+
+
+def _known(engines: Mapping[str, Counters]) -> Known | None:
+    """``known`` when it was computed of these very engines (a verdict may have changed them)."""
+    known = engines.known if isinstance(engines, Engines) else None
+    return known if known is not None and tuple(engines.items()) == known.items else None
+
+
 def _idle(c: Counters, span: float | None, det: Detection, min_drafts: int) -> bool:
     # Both floors: enough drafts for a ratio to mean something, and real traffic
     # (the alerts' rate floor), so a short or a trickling window is never judged.
@@ -87,10 +105,13 @@ def _idle(c: Counters, span: float | None, det: Detection, min_drafts: int) -> b
     return c.drafts < max(min_drafts, 1) or (span is not None and (span <= 0 or c.drafts / span < det.min_drafts_per_second))
 
 
-def engine_state(c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int) -> str:
+def engine_state(
+    c: Counters, model_gain: float | None, span: float | None, det: Detection, min_drafts: int, broken: bool | None = None
+) -> str:
+    """``broken``: whether the engine's invariants are broken, when already known."""
     if _idle(c, span, det, min_drafts):
         return "idle"
-    if invariant_violations(c, "engine"):
+    if invariant_violations(c, "engine") if broken is None else broken:
         return "unknown"
     if _gain(c) < det.collapse_margin:
         return "collapsed"
@@ -120,12 +141,14 @@ def judge(
     earlier: Earlier | None = None,
 ) -> Verdict:
     """The verdict over one interval (``engines``: its counter increments; ``span``: its seconds,
-    None when unknown, as between two dumps), with the likely causes (``diagnose``)."""
-    v = _judge(engines, span, profile, det, min_drafts, earlier)
+    None when unknown, as between two dumps), with the likely causes (``diagnose``). ``engines``
+    from summarize (``Engines``) bring what it computed of them (``Known``)."""
+    known = _known(engines)
+    v = _judge(engines, span, profile, det, min_drafts, earlier, known)
     if v.state in ("idle",) or (v.state == "unknown" and "invariants" in v.reason):
         return v
     fell = v.state in ("degraded", "collapsed")
-    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile))
+    return replace(v, causes=diagnose(engines, det, min_drafts, fell, changes, earlier, profile, known))
 
 
 def _judge(
@@ -135,17 +158,21 @@ def _judge(
     det: Detection,
     min_drafts: int,
     earlier: Earlier | None = None,
+    known: Known | None = None,
 ) -> Verdict:
     if not engines:
         return Verdict("idle", "no drafts in the window", {})
-    total = sum_counters(engines.values())
+    total = known.total if known is not None else sum_counters(engines.values())
     model_gain = None if total.drafts <= 0 else _gain(total)
-    states = {e: engine_state(c, model_gain, span, det, min_drafts) for e, c in engines.items()}
+    states = {
+        e: engine_state(c, model_gain, span, det, min_drafts, None if known is None else e in known.broken)
+        for e, c in engines.items()
+    }
     if _idle(total, span, det, min_drafts):
         return Verdict("idle", f"under {det.min_drafts_per_second:g} drafts/s or {min_drafts} drafts", states)
-    if invariant_violations(total, "model"):
+    if known.total_broken if known is not None else invariant_violations(total, "model"):
         return Verdict("unknown", "the counters break vLLM's invariants: figures not trusted", states)
-    st = derive(total, span)
+    st = known.stats if known is not None else derive(total, span)
     al = st.mean_acceptance_length
     if al is None:  # no drafts at all (possible only with min_drafts 0)
         return Verdict("idle", "no drafts", states)
