@@ -18,6 +18,7 @@ not their recorded series, which the global server records itself.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 import urllib.request
@@ -99,7 +100,11 @@ def counted_names() -> set[str]:
     beside CPU hogs skips evaluations, so one may hold such a series a moment before another."""
     exprs = {r["record"]: r["expr"] for g in yaml.safe_load(RULES)["groups"] for r in g["rules"] if "record" in r}
     counted = {n for n, e in exprs.items() if "count_over_time(" in e}
-    while grown := {n for n, e in exprs.items() if n not in counted and any(c in e for c in counted)}:
+
+    def reads(e: str, name: str) -> bool:  # the whole name: X:max is not X:max_over_time1d
+        return re.search(re.escape(name) + r"(?![\w:])", e) is not None
+
+    while grown := {n for n, e in exprs.items() if n not in counted and any(reads(e, c) for c in counted)}:
         counted |= grown
     return counted
 
