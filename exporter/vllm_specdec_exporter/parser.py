@@ -369,6 +369,12 @@ def _lines_re(needles: Iterable[bytes]) -> tuple[re.Pattern[bytes], re.Pattern[b
     return re.compile(b"\n" + line, re.MULTILINE), re.compile(line, re.MULTILINE)
 
 
+def prepare(wanted: Iterable[str]) -> None:
+    """Build the finder for ``wanted`` now: ~9 ms of regex compiling, once a process, that would
+    otherwise land on the first payload's parse (parse_pool judges a target by its parse's cost)."""
+    _finder(frozenset(wanted))
+
+
 @functools.lru_cache(maxsize=32)
 def _finder(wanted: frozenset[str]) -> tuple[tuple[bytes, ...], re.Pattern[bytes], re.Pattern[bytes]]:
     """The anchors to look for, and the regexes that read the wanted names' lines (_lines_re)."""
