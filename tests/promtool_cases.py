@@ -578,8 +578,9 @@ def chain_blend_group(v: str) -> dict:
     """Issue 30: a busy server whose chain is broken from the start (position 1's conditional
     7 / 552 = 1.27 %), carrying 30 % of the model's drafts beside a healthy server (914 / 1,288 =
     71 %), no profile. The model's chain history, blended, read (914 + 7) / (1,288 + 552) = 0.50,
-    under the gate (2 x 0.3) and kept the broken server quiet; the best server's 0.71 opens it.
-    The healthy server stays quiet."""
+    under the gate (2 x 0.3) and kept the broken server quiet; the best server's 0.71 opens it
+    once it has served a full hour: 18 evaluations of the 3m group (promtool evaluates every group
+    each minute, so 18 minutes here), then the alert's 15 minutes. The healthy server stays quiet."""
     cases = (("blend-ok", mix(1400, [1288, 914])), ("blend-broken", mix(600, [552, 7])))
     s = []
     for pod, m in cases:
@@ -590,7 +591,7 @@ def chain_blend_group(v: str) -> dict:
     return group(
         "a busy server with a broken chain beside a healthy one, no profile: the best server's history",
         s,
-        [check("30m", C, [chain_broken("blend-broken", "Blend/Model", "1.268%")])],
+        [check("30m", C, []), check("40m", C, [chain_broken("blend-broken", "Blend/Model", "1.268%")])],
     )
 
 
