@@ -68,6 +68,7 @@ from vllm_specdec_exporter.generators import rules
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the one process harness
 from processes import get, wait_for
 from processes import start as start_listening
+from vllm_specdec_exporter import durations
 
 CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
 ENGINES_PER_POD = 8
@@ -199,7 +200,7 @@ def read_over_range(text: str) -> tuple[set[str], dict[str, float]]:
         for m in re.finditer(sel, e):
             if m[3] is None and m[4] is None:
                 continue
-            need = sum(c.parse_duration(x) for x in (m[3], m[4]) if x)
+            need = sum(durations.parse_duration(x) for x in (m[3], m[4]) if x)
             if rules.RECORDED_NAME.fullmatch(m[1]):
                 recorded[m[1]] = max(recorded.get(m[1], 0.0), need)
             else:
@@ -209,13 +210,13 @@ def read_over_range(text: str) -> tuple[set[str], dict[str, float]]:
 
 def group_intervals(text: str) -> dict[str, float]:
     """Each group's evaluation interval in seconds (its own `interval`, else the global one)."""
-    return {g["name"]: c.parse_duration(g.get("interval", f"{INTERVAL}s")) for g in yaml.safe_load(text)["groups"]}
+    return {g["name"]: durations.parse_duration(g.get("interval", f"{INTERVAL}s")) for g in yaml.safe_load(text)["groups"]}
 
 
 def recorded_every(text: str) -> dict[str, float]:
     """Each recorded name and how often its group records it: the history is backfilled at that step."""
     return {
-        r["record"]: c.parse_duration(g.get("interval", f"{INTERVAL}s"))
+        r["record"]: durations.parse_duration(g.get("interval", f"{INTERVAL}s"))
         for g in yaml.safe_load(text)["groups"]
         for r in g["rules"]
         if "record" in r

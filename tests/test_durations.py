@@ -7,7 +7,7 @@ import re
 
 import pytest
 from conftest import REPO
-from vllm_specdec_exporter.config import format_duration, parse_duration
+from vllm_specdec_exporter.durations import format_duration, parse_duration
 
 VALID = {"500ms": 0.5, "1s": 1, "90s": 90, "1m30s": 90, "5m": 300, "1h": 3600, "1d": 86400,
          "1w": 604800, "1y": 31536000, "2h15m": 8100, "1m500ms": 60.5}

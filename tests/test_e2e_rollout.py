@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from prom_harness import E2E_EXPORTER_CONFIG, E2E_OPTIONS, Prom, prometheus, sidecar, simulator, tool, wait_for, write_targets
-from vllm_specdec_exporter import config as c
+from vllm_specdec_exporter import durations
 from vllm_specdec_exporter.generators import rules
 
 ALERT = "VLLMSpecDecodeFirstPositionAcceptanceLow"
@@ -100,7 +100,7 @@ def test_e2e_a_rollout_keeps_the_models_history_and_flags_the_broken_new_pod(tmp
             wait_for(lambda p=prom: (p.value(gate(NAMESPACE)) or 0) > 0.9, 90,
                      f"{variant}: the old pod's healthy position 0 in the model's day history")
         # ... and the old pod serves a whole "hour" (the hourly range, 30 s): its rates recorded every second.
-        hour = c.parse_duration(OPTIONS.range(OPTIONS.hourly_window))
+        hour = durations.parse_duration(OPTIONS.range(OPTIONS.hourly_window))
         served = f'count_over_time(namespace_model_name:vllm_specdec_drafts:rate5m{{namespace="{NAMESPACE}"}}[{hour:g}s])'
         for variant, prom in proms.items():
             wait_for(lambda p=prom: (p.value(served) or 0) >= hour - 2, 2 * hour + 30, f"{variant}: a healthy hour")

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vllm_specdec_exporter import config, parser
+from vllm_specdec_exporter import config, parser, scan
 from vllm_specdec_exporter.parser import ParseError, Sample, parse
 
 NAMES = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED,
@@ -156,10 +156,10 @@ eof_piece = st.sampled_from(["# EOF", "# EOF \r", "#", "# EOFX", "x # EOF", " # 
 def test_eof_is_the_first_eof_line_however_many_hashes(pieces, sep):
     """Past its budget of O's the search goes on by '\\n# EOF': the same first line either way."""
     data = sep.join(pieces).encode()
-    assert parser._find_eof(data) == reference_eof(data)
+    assert scan.find_eof(data) == reference_eof(data)
     hashes = ("O\n" * 2000).encode()  # well past the budget
-    assert parser._find_eof(hashes + data) == (-1 if reference_eof(data) == -1 else len(hashes) + reference_eof(data))
-    assert parser._find_eof(data + b"\n" + hashes) == reference_eof(data + b"\n" + hashes)
+    assert scan.find_eof(hashes + data) == (-1 if reference_eof(data) == -1 else len(hashes) + reference_eof(data))
+    assert scan.find_eof(data + b"\n" + hashes) == reference_eof(data + b"\n" + hashes)
 
 
 # --- Issue 29: linear time by construction, and indentation read like the careful path ---
@@ -243,7 +243,7 @@ def test_report_on_the_dp8_example_with_one_hostile_line_costs_what_the_clean_fi
 
 def test_the_indent_pattern_is_every_blank_str_strip_takes_off():
     blanks = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace() and c != 10]
-    pattern = re.compile(parser._B_INDENT)
+    pattern = re.compile(scan.B_INDENT)
     assert all(pattern.fullmatch(b.encode()) for b in blanks)
     assert not [c for c in range(256) if pattern.match(bytes([c])) and not chr(c).isspace()]
 

@@ -69,7 +69,7 @@ def read(target: str, body: bytes) -> object:
 def test_a_real_dp8_payload_is_parsed_on_the_loop_once_its_cost_is_known(lanes):
     assert config.PARSE_IN_WORKER_BYTES < len(REAL_DP8) <= config.PARSE_ON_LOOP_MAX_BYTES
     # The first, not yet measured, in the parsing process; then on the loop, for good: neither
-    # process charges its one-time finder build (~9 ms, parser.prepare) to the target.
+    # process charges its one-time finder build (~9 ms, scan.prepare) to the target.
     results = [read("real", REAL_DP8) for _ in range(5)]
     assert lanes == ["real"], lanes
     assert all(isinstance(r, Read) and len(r.kept) == 8 for r in results)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import __version__, config
+from . import __version__, config, durations
 from .adapters import PRODUCERS, extract
 from .derive import delta_engines, sum_counters
 from .diagnosis import Earlier
@@ -41,7 +41,7 @@ def _positive_int(text: str) -> int:
 
 def _duration(text: str) -> float:
     try:
-        return config.parse_duration(text)
+        return durations.parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 

@@ -7,7 +7,6 @@ new threshold is a one-line change that every artefact picks up.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Protocol, Self, TypeVar
 
@@ -50,47 +49,6 @@ INVARIANT_RELATIVE_TOLERANCE = 1e-9
 
 # --- Terminal rendering ---
 BAR_WIDTH = 30
-
-# Prometheus's duration grammar (model.ParseDuration): integer amounts, units in
-# descending order, each at most once: 500ms, 90s, 1m30s, 1h, 1d, 1w, 1y.
-_DURATION_UNITS = (
-    ("y", 365 * 86400.0),
-    ("w", 7 * 86400.0),
-    ("d", 86400.0),
-    ("h", 3600.0),
-    ("m", 60.0),
-    ("s", 1.0),
-    ("ms", 0.001),
-)
-_DURATION_RE = re.compile("".join(rf"(?:(\d+){u})?" for u, _ in _DURATION_UNITS))
-
-
-def parse_duration(text: object) -> float:
-    """A Prometheus duration ('500ms', '1m30s', '5m', '1w') -> seconds (> 0)."""
-    raw = str(text).strip()
-    m = _DURATION_RE.fullmatch(raw) if raw else None
-    if m is None and raw != "0":
-        raise ValueError(f"{text!r} is not a duration (Prometheus form, e.g. 500ms, 1m30s, 5m, 1h)")
-    try:
-        value = sum(int(n) * unit for n, (_, unit) in zip(m.groups(), _DURATION_UNITS, strict=True) if n) if m else 0.0
-
-    except OverflowError:
-        value = float("inf")
-    if value == float("inf"):
-        raise ValueError(f"{text!r} is too long a duration")
-    if not value > 0:
-        raise ValueError(f"{text!r} is not a positive duration")
-    return value
-
-
-def format_duration(seconds: float) -> str:
-    """The one spelling of a duration, everywhere (window names, rule ranges, the landing page's
-    query step): the largest unit that divides it, 300 -> '5m', 90 -> '90s', 1.5 -> '1500ms'."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{round(seconds * 1000)}ms"  # Prometheus takes whole milliseconds, never an exponent
-
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---
 DEFAULT_LISTEN_ADDRESS = ":9746"  # unassigned in the Prometheus default-port list

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from . import config, metrics
+from . import config, durations, metrics
 from .diagnosis import CAUSE_TEXT
 from .errors import ConfigError
 from .model import engine_order
@@ -103,7 +103,7 @@ def timing(speed: float = 1.0) -> Timing:
 def _label(seconds: float) -> str:
     """Whole milliseconds, spelled as the exporter labels a window (300s -> 5m)."""
 
-    return config.format_duration(round(seconds * 1000) / 1000)
+    return durations.format_duration(round(seconds * 1000) / 1000)
 
 
 def demo_settings(sim_url: str, listen_address: str, t: Timing) -> Settings:

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence, Set
 
-from . import __version__, config
+from . import __version__, config, durations
 from .charts import POSITIONS, Frame, acceptance_length_chart, position_chart
 from .diagnosis import describe
 from .health import NO_BASELINE
@@ -104,11 +104,11 @@ def _trend(
     step = seconds / config.WINDOW_RESOLUTION
     behind = ""
     if last_poll is not None and last_poll - end > 2 * step:
-        behind = f" (up to {esc(config.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
+        behind = f" (up to {esc(durations.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
     return (
         f"<figure class=trend>{svgs}<figcaption>Last {esc(label)}{behind}, one point per "
-        f"{esc(config.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; 1 "
+        f"{esc(durations.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; 1 "
         f"to k+1 = {k + 1}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) {against}; acceptance per position "
         f"(0 to 100 %): {swatches}.</figcaption></figure>"
     )

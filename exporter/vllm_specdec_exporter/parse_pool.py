@@ -28,7 +28,8 @@ from . import config
 from .adapters import WANTED, NoSpecDecodeFamilies, UnsupportedProducer, extract
 from .admission import admit
 from .model import Counters, SeriesKey, Snapshot
-from .parser import NotPrometheusText, PayloadTooLarge, SeriesCache, prepare
+from .parser import NotPrometheusText, PayloadTooLarge, SeriesCache
+from .scan import prepare
 
 # Here and in each parsing process (it imports this module): a target's first parse is then
 # charged its own cost only, and a real DP=8 payload's (~1 ms) stays on the event loop.

@@ -18,7 +18,6 @@ with their line numbers; the rest of the payload still counts.
 from __future__ import annotations
 
 import codecs
-import functools
 import itertools
 import math
 import re
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import config
+from .scan import B_INDENT, STEP, end_of, find_eof, finder, runs
 
 _MAX_ISSUES_KEPT = 20  # detail kept per parse; the count is always exact
 _SNIFF_BYTES = 4096
@@ -43,13 +43,7 @@ _FAST_LINE_RE = re.compile(
     r"[ \t]++([^ \t#]++)(?:[ \t]++([^ \t#]++))?[ \t]*+(?:#.*+)?"
 )
 _FAST_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)="([^"]*+)"')
-# Long C-level scans go in steps of this many bytes (each well under a millisecond).
-_STEP = 1 << 20
-# Leading blanks that str.strip() takes off a line (every code point but '\n' for which
-# str.isspace() holds, as UTF-8; test_parser checks the list): the careful path and
-# prometheus_client read an indented line, so the fast path must hand it over, not skip it.
-_B_INDENT = rb"(?:[\t\x0b\x0c\r\x1c-\x1f ]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80)"
-_LEADING_BLANKS_RE = re.compile(rb"(?:\n|" + _B_INDENT + rb")*+")
+_LEADING_BLANKS_RE = re.compile(rb"(?:\n|" + B_INDENT + rb")*+")
 # First meaningful line of any exposition: a comment or a sample name.
 _SNIFF_RE = re.compile(rb"[ \t]*+(#|[a-zA-Z_:][a-zA-Z0-9_:]*+[ \t{])")
 
@@ -213,9 +207,9 @@ def _check_payload(data: bytes, max_bytes: int) -> None:
     if data.isascii():  # ASCII is UTF-8, and vLLM's payloads are ASCII (~3 ms for 32 MiB)
         return
     decoder = codecs.getincrementaldecoder("utf-8")()
-    for start in range(0, len(data), _STEP):
+    for start in range(0, len(data), STEP):
         try:
-            decoder.decode(data[start : start + _STEP], final=start + _STEP >= len(data))
+            decoder.decode(data[start : start + STEP], final=start + STEP >= len(data))
         except UnicodeDecodeError as e:
             at = start + e.start
             line = data.count(b"\n", 0, at) + 1
@@ -257,132 +251,10 @@ def _add_line(exp: Exposition, seen: set[int], strings: dict[str, str], data: by
     return True
 
 
-def _rfind(data: bytes, needle: bytes, lo: int, hi: int) -> int:
-    """data.rfind(needle, lo, hi) in _STEP slices from the end, so the parsing thread lets go
-    of the GIL in between. rfind, not find: CPython 3.11's find runs the two-way algorithm on
-    long payloads, ~3x slower here than rfind's skip search (0.3 against 0.9 line counts)."""
-    if hi - lo <= _STEP:
-        return data.rfind(needle, lo, hi)
-    while hi - lo >= len(needle):
-        start = max(lo, hi - _STEP)
-        pos = data.rfind(needle, start, hi)
-        if pos != -1 or start == lo:
-            return pos
-        hi = start + len(needle) - 1  # an occurrence across the slices' border is found in the next one
-    return -1
-
-
-def _find_eof(data: bytes) -> int:
-    """Offset of the first line that is exactly '# EOF' (blanks and CR allowed after it), or -1.
-    Every candidate is looked at, from the end: first by its 'O' (rfind of one byte is memrchr,
-    ~20x a multi-byte search, and an upper-case O is rare in an exposition: 3 in vLLM's DP=8
-    payload), then, past a budget of O's, by a search for '\n# EOF' over the rest."""
-    first, hi = -1, len(data)  # the candidates whose 'O' is below hi are still to be looked at
-    budget = 64 + len(data) // 2048
-    while True:
-        if budget:
-            budget -= 1
-            o = data.rfind(b"O", 0, hi)
-            if o == -1:
-                break
-            hi, pos = o, o - 3
-        else:
-            nl = _rfind(data, b"\n# EOF", 0, hi)
-            pos = nl + 1 if nl != -1 else 0 if hi > 3 and data.startswith(b"# EOF") else -1
-            if pos == -1:
-                break
-            hi = pos + 3
-        if pos >= 0 and (pos == 0 or data[pos - 1] == 0x0A) and data.startswith(b"# EOF", pos):
-            end = data.find(b"\n", pos)
-            if data[pos : len(data) if end == -1 else end].strip() == b"# EOF":
-                first = pos
-    return first
-
-
-def _end_of(data: bytes, start: int, limit: int) -> int:
-    end = data.find(b"\n", start, limit)
-    return limit if end == -1 else end
-
-
-# Every name an adapter reads holds one of these (a name that holds none is its own anchor):
-# one rfind pass per anchor, at C speed, finds every line that may hold a wanted name,
-# whatever the number of producers and names (a pass per name prefix cost ~13 line counts;
-# longer anchors skip faster).
-_ANCHORS = (b"spec_decode_", b"sglang:spec_", b"generation_tokens_total")
-
-# A sample line of one of the wanted names: group 1 the series (name and label set, its
-# grammar checked once per series: _series), 2 the value, 3 the timestamp; or, when the line
-# starts with a wanted name but is not of that simple shape, no group (parse_sample_line
-# reads it).
-_B_SERIES_LABELS = rb"(?:\{[^}\n]*+\})?"
-_B_NUMBER = rb"[0-9A-Za-z.+\-]++"  # no '_' and ASCII only, as _parse_float asks; float() says the rest
+# A wanted line's series part (scan's line regex: name and label set), its grammar checked once per series.
 _B_SERIES_RE = re.compile(
     rb'[a-zA-Z_:][a-zA-Z0-9_:]*+(?:\{(?:[a-zA-Z_][a-zA-Z0-9_]*+="[^"\\\n]*+"(?:,[a-zA-Z_][a-zA-Z0-9_]*+="[^"\\\n]*+")*+)?,?\})?'
 )  # the series part of _FAST_LINE_RE
-
-
-def _alternatives(needles: Iterable[bytes]) -> bytes:
-    """A regex matching exactly the needles, as a trie (each shared prefix written once, so a
-    line that starts with none of them fails at its first bytes, not once per name)."""
-    trie: dict[int, dict] = {}  # type: ignore[type-arg]
-    for needle in needles:
-        node = trie
-        for byte in needle:
-            node = node.setdefault(byte, {})
-        node[-1] = {}  # a needle ends here
-
-    def emit(node: dict) -> bytes:  # type: ignore[type-arg]
-        branches = [re.escape(bytes([b])) + emit(child) for b, child in sorted(node.items()) if b != -1]
-        if not branches:
-            return b""
-        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        return b"(?:" + body + b")?" if -1 in node else body
-
-    return emit(trie)
-
-
-def _lines_re(needles: Iterable[bytes]) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """The line regex led by the newline before the line (not '^': a literal first byte lets re
-    skip to the next line start in C, ~3x faster over a stretch than trying '^' at each byte),
-    and the same without it, for the payload's first line.
-
-    Linear time by construction: every quantifier is possessive (``*+``, ``++``), so no
-    run of blanks is ever split two ways (an earlier ``[ \t]*(?:#...)?[ \t\r]*$`` tried every
-    split of N blanks before a stray byte: 1.2 s for one line of 16k blanks). The second
-    branch hands the careful path any other line that starts with a wanted name, indented
-    or not, followed by anything that cannot continue a name."""
-    names = _alternatives(needles)
-    line = (
-        rb"(?:("
-        + names
-        + _B_SERIES_LABELS
-        + rb")[ \t]++("
-        + _B_NUMBER
-        + rb")(?:[ \t]++("
-        + _B_NUMBER
-        + rb"))?[ \t]*+(?:#[^\n]*+)?[ \t\r]*+$|"
-        + _B_INDENT
-        + rb"*+"
-        + names
-        + rb"(?![a-zA-Z0-9_:]))"
-    )
-    return re.compile(b"\n" + line, re.MULTILINE), re.compile(line, re.MULTILINE)
-
-
-def prepare(wanted: Iterable[str]) -> None:
-    """Build the finder for ``wanted`` now: ~9 ms of regex compiling, once a process, that would
-    otherwise land on the first payload's parse (parse_pool judges a target by its parse's cost)."""
-    _finder(frozenset(wanted))
-
-
-@functools.lru_cache(maxsize=32)
-def _finder(wanted: frozenset[str]) -> tuple[tuple[bytes, ...], re.Pattern[bytes], re.Pattern[bytes]]:
-    """The anchors to look for, and the regexes that read the wanted names' lines (_lines_re)."""
-    anchors: dict[bytes, None] = {}
-    needles = [name.encode() for name in sorted(wanted)]
-    for needle in needles:
-        anchors[next((a for a in _ANCHORS if a in needle), needle)] = None
-    return tuple(anchors), *_lines_re(needles)
 
 
 class SeriesCache:
@@ -431,42 +303,6 @@ class SeriesCache:
         return entry
 
 
-# Hits of an anchor at most this far apart are read as one stretch: the regex skips the
-# lines between them at C speed, cheaper than a Python step per line (vLLM writes a
-# family's lines together, with its _created twins and comments around them).
-_GAP = 4096
-
-
-def _runs(data: bytes, anchors: Iterable[bytes], limit: int) -> list[tuple[int, int]]:
-    """Stretches of whole lines (start, end without its newline) that hold every line with an
-    anchor before ``limit``, in order, merged. Found from the end (rfind), then down a stretch
-    a _GAP at a time (find of the lowest hit in the _GAP below: bytes.find is fast on slices
-    that short), so a family of a thousand lines costs a few C calls, not one per line."""
-    runs: list[tuple[int, int]] = []
-    find = data.find
-    for anchor in anchors:
-        pos = _rfind(data, anchor, 0, limit)
-        while pos != -1:
-            first = last = pos
-            while True:  # down the stretch: the lowest hit within _GAP below the lowest so far
-                lo = max(first - _GAP, 0)
-                pos = find(anchor, lo, first)
-                if pos == -1:
-                    break
-                first = pos
-            runs.append((data.rfind(b"\n", 0, first) + 1, _end_of(data, last, limit)))
-            # An occurrence that starts before lo, even one that ends after it, is still to be found.
-            pos = _rfind(data, anchor, 0, lo + len(anchor) - 1) if lo else -1
-    runs.sort()
-    merged: list[tuple[int, int]] = []
-    for s, e in runs:
-        if merged and s <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-        else:
-            merged.append((s, e))
-    return merged
-
-
 def parse(
     data: bytes | str,
     wanted: Iterable[str] | None = None,
@@ -487,9 +323,9 @@ def parse(
     strings: dict[str, str] = {}  # names and label strings, each held once (a payload repeats them per line)
 
     # OpenMetrics ends at the first "# EOF" line, wherever it is; a sample after it
-    # is not part of the exposition (_find_eof: memrchr, ~0.1 ms per MB).
+    # is not part of the exposition (find_eof: memrchr, ~0.1 ms per MB).
     limit = len(data)
-    eof = _find_eof(data)
+    eof = find_eof(data)
     if eof != -1:
         exp.openmetrics = True
         if data[eof + 5 :].strip():
@@ -506,7 +342,7 @@ def parse(
     if wanted is None:
         pos = 0
         while pos < limit:
-            end = _end_of(data, pos, limit)
+            end = end_of(data, pos, limit)
             line = data[pos:end].strip()
             if line and not line.startswith(b"#"):
                 _add_line(exp, seen, strings, data, pos, end)
@@ -515,11 +351,11 @@ def parse(
 
     # The stretches of lines that hold an anchor, then one regex pass over each that yields
     # only the wanted names' lines (exact name, then '{' or a blank), in payload order.
-    anchors, lines, first_line = _finder(frozenset(wanted))
+    anchors, lines, first_line = finder(frozenset(wanted))
     series = (cache or SeriesCache()).series
     samples, seen_add, new_sample = exp.samples, seen.add, tuple.__new__
     room = math.inf if max_samples is None else max_samples
-    for run_start, run_end in _runs(data, anchors, limit):
+    for run_start, run_end in runs(data, anchors, limit):
         found: Iterable[re.Match[bytes]] = lines.finditer(data, run_start - 1, run_end)
         if run_start == 0:  # the payload's first line: no newline before it
             found = itertools.chain(filter(None, [first_line.match(data, 0, run_end)]), found)
@@ -546,7 +382,7 @@ def parse(
                         continue
             # Not canonical, a repeated series or a bad number: the careful path reads it and says why.
             start = m.start() + (data[m.start()] == 0x0A)
-            room -= _add_line(exp, seen, strings, data, start, _end_of(data, start, run_end))
+            room -= _add_line(exp, seen, strings, data, start, end_of(data, start, run_end))
     return exp
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import config
+from . import config, durations
 from .errors import ConfigError
 
 PARAM_KEYS = ("drafts_per_second", "per_position", "effective_draft_length", "step_latency_seconds")
@@ -101,7 +101,7 @@ def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
         for pk in raw:
             if pk not in PHASE_KEYS:
                 raise ConfigError(f"{key}.{pk}", f"unknown key (valid: {', '.join(PHASE_KEYS)})")
-        at = 0.0 if raw["at"] in (0, "0", "0s") else config.parse_duration(raw["at"])
+        at = 0.0 if raw["at"] in (0, "0", "0s") else durations.parse_duration(raw["at"])
         which = raw.get("engines")
         if which is not None and (not isinstance(which, list) or any(not 0 <= int(e) < engines for e in which)):
             raise ConfigError(f"{key}.engines", f"must be a list of engine numbers 0..{engines - 1}")

@@ -17,7 +17,7 @@ from .. import settings as s
 from ..adapters import PRODUCERS
 
 Schema = dict[str, Any]
-# A positive duration in Prometheus's grammar (config.parse_duration; "0" and "" are refused there too).
+# A positive duration in Prometheus's grammar (durations.parse_duration; "0" and "" are refused there too).
 DURATION: Schema = {
     "type": "string",
     "minLength": 1,

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import config
+from .. import config, durations
 from ..errors import ConfigError, shown, shown_key
 from ..sources import redact_url
 from .values import LIMITS
@@ -15,7 +15,7 @@ from .values import LIMITS
 
 def _duration(key: str, value: Any) -> float:
     try:
-        return config.parse_duration(value)
+        return durations.parse_duration(value)
     except ValueError as e:  # its message quotes the value whole: quoted here as every other one
         raise ConfigError(key, str(e).replace(repr(value), shown(value), 1)) from None
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .. import config
+from .. import config, durations
 from ..errors import ConfigError, clip, shown
 from .checks import _aliases, _choice, _duration, _limited, _mapping, _path, parse_listen_address
 from .flags import FLAGS, _flag_value
@@ -72,11 +72,11 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         if seconds in written:
             raise ConfigError("windows", f"durations must be distinct, got {shown(written[seconds])} and {shown(w)}")
         written[seconds] = w
-    windows = sorted(((config.format_duration(d), d) for d in written), key=lambda w: w[1])
+    windows = sorted(((durations.format_duration(d), d) for d in written), key=lambda w: w[1])
     if windows[0][1] < interval:
         raise ConfigError("windows", f"the shortest window ({clip(windows[0][0])}) is shorter than poll.interval")
 
-    health_window = config.format_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
+    health_window = durations.format_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
     if health_window not in dict(windows):
         raise ConfigError(
             "health.window", f"{shown(health_window)} is not one of the windows {clip(str([w for w, _ in windows]))}"

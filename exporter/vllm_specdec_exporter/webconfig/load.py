@@ -13,7 +13,7 @@ from pathlib import Path
 import bcrypt
 import yaml
 
-from .. import config
+from .. import durations
 from ..errors import ConfigError, shown, shown_key
 from ..yamlsafe import load as load_yaml
 from .files import SHOWN, read_capped
@@ -83,7 +83,7 @@ def _rate_limit(rate: object) -> tuple[float, int] | None:
     if interval in (0, "0", "0s"):
         return None  # as in the toolkit: interval 0 turns the limiter off
     try:
-        seconds = config.parse_duration(interval)
+        seconds = durations.parse_duration(interval)
     except ValueError as e:
         raise ConfigError("rate_limit.interval", str(e)) from None
     burst = rate.get("burst", 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import config as c
+from ... import durations
 from ... import metrics as m
 from ...capacity import SLOWER_THAN_OFF
 from ...health import NO_BASELINE
@@ -436,7 +437,7 @@ def request_extremes(x: X) -> tuple[str, str]:
         count, le_low, le_high = (
             name(L, n, f"rate{w}") for n in ("requests_finished", "requests_acceptance_le_low", "requests_acceptance_le_high")
         )
-        finished = f"{count} * {c.parse_duration(x.o.range(w)):g}"
+        finished = f"{count} * {durations.parse_duration(x.o.range(w)):g}"
         below, above = f"{le_low} / on({lb}) {count}", f"1 - {le_high} / on({lb}) {count}"
     return (
         f"(\n  {below} > {share}\nor\n  {above} > {share}\n)\nand on({lb}) {finished} >= {least}",

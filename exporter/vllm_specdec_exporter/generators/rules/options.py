@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import config as c
+from ... import durations
 from ... import metrics as m
 from ...model import BaselineProfile
 
@@ -129,13 +130,16 @@ class Options:
     def long_group_interval(self) -> str:
         if self.long_interval:
             return self.long_interval
-        ms = min(c.parse_duration(self.range(self.hourly_window)) * 1000 / 20, c.parse_duration(LONG_INTERVAL_MAX) * 1000)
-        return c.format_duration(max(int(ms), 1000) / 1000)
+        ms = min(
+            durations.parse_duration(self.range(self.hourly_window)) * 1000 / 20,
+            durations.parse_duration(LONG_INTERVAL_MAX) * 1000,
+        )
+        return durations.format_duration(max(int(ms), 1000) / 1000)
 
 
 def minus(a: str, b: str) -> str:
     """The duration ``a`` - ``b`` in seconds, as PromQL reads it."""
-    return f"{int(c.parse_duration(a) - c.parse_duration(b))}s"
+    return f"{int(durations.parse_duration(a) - durations.parse_duration(b))}s"
 
 
 # The long group's interval at most: its series are read instantly (alerts, panels), and an
@@ -177,16 +181,16 @@ def selector_of(o: Options, extra: str = "") -> str:
 
 def base_window(o: Options) -> str:
     """The shortest recorded window: the only one that reads the raw counters."""
-    return min(o.windows, key=lambda w: c.parse_duration(o.range(w)))
+    return min(o.windows, key=lambda w: durations.parse_duration(o.range(w)))
 
 
 def long_windows(o: Options) -> tuple[str, ...]:
     """The windows recorded in the long group (at Options.long_group_interval): as long as the
     hourly window or longer, and not the detection or trend window, which alerts judge every
     evaluation."""
-    hourly = c.parse_duration(o.range(o.hourly_window))
+    hourly = durations.parse_duration(o.range(o.hourly_window))
     return tuple(
         w
         for w in o.windows
-        if w not in (base_window(o), o.detection_window, o.trend_window) and c.parse_duration(o.range(w)) >= hourly
+        if w not in (base_window(o), o.detection_window, o.trend_window) and durations.parse_duration(o.range(w)) >= hourly
     )

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from ... import config as c
+from ... import durations
 from ... import metrics as m
 from ...model import BaselineProfile
 from ...settings import default_profiles
@@ -90,7 +91,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
         to = slow if w in long else fast
         rng = o.range(w)
         span = minus(rng, o.range(base)) if w != base else ""
-        if span and c.parse_duration(span) <= 0:
+        if span and durations.parse_duration(span) <= 0:
             span = ""
         # A longer window at every level is the mean of that level's own shortest-window rates:
         # a namespace reads its few series, not every server's (docs/scale.md).
@@ -185,7 +186,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # Only full hours count (k recorded at nine tenths of this group's evaluations over the hour:
     # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
     rng = o.range(hw)
-    full = int(0.9 * c.parse_duration(rng) / c.parse_duration(o.long_group_interval()))
+    full = int(0.9 * durations.parse_duration(rng) / durations.parse_duration(o.long_group_interval()))
     young = f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
     stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) ({young}))"
     hourly = {

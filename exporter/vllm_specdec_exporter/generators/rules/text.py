@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from ... import config as c
+from ... import durations
 from ...settings import default_profiles
 from .expressions import CHAIN_HEALTHY_FACTOR
 from .options import THRESHOLD_MEANINGS, Options, default_thresholds
@@ -77,7 +78,7 @@ def alert_figures(o: Options, alert: str) -> dict[str, str]:
         "request_extremes_window": o.request_extremes_window,
         "fast_collapse_range": fast,
         "collapse_al": f"{1 + float(t['collapse_margin']):g}",
-        "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * c.parse_duration(o.range(fast)):,.0f}",
+        "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * durations.parse_duration(o.range(fast)):,.0f}",
         "chain_healthy": f"{CHAIN_HEALTHY_FACTOR * float(t['chain_conditional_floor']):g}",
         "drop_percent": _percent(t["drop_fraction"]),
         "wasted_percent": _percent(t["wasted_position_ratio"]),
