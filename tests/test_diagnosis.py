@@ -356,6 +356,36 @@ def test_a_rollout_into_a_partly_broken_head_names_the_restart_and_the_head():
                                   "at 42.7 %, then 2.4 % conditional")
 
 
+def test_a_position_the_model_accepted_before_its_restart_is_a_chain_break_not_a_short_draft():
+    """Stop 41's e2e MTP head whose chained step is broken, read by the sidecar after its
+    rollout (k 4 -> 2): position 1 at exactly 0 of 1,908 drafts. By the counters alone a draft
+    shorter than k, but the same model accepted position 1 in 92 % of the drafts that reached it
+    before the restart: the chain breaks there. A DSpark-like draft whose position was at 0
+    before as well, or a k raised past what was drafted before, stays a short draft."""
+    from vllm_specdec_exporter import config
+    from vllm_specdec_exporter.diagnosis import Earlier, diagnose
+    from vllm_specdec_exporter.model import Counters
+
+    now = {"0": Counters(1908, 3816, 1779, (1779, 0))}
+    change = ["a restart of engine 0, k 4 -> 2"]
+    alone = diagnose(now, config.DETECTION, 100, True)
+    assert [h.cause for h in alone] == ["draft_shorter_than_k"]
+
+    healthy_k4 = Counters(280, 1120, 925, (252, 232, 224, 217))
+    causes = diagnose(now, config.DETECTION, 100, True, change, Earlier(before=healthy_k4))
+    assert "draft_shorter_than_k" not in [h.cause for h in causes], causes
+    [chain] = [h for h in causes if h.cause == "chain_break"]
+    assert chain.evidence == ("position 0 accepted in 93.2 % of drafts, position 1 in exactly 0 of 1,779 that "
+                              "reached it, against 92.1 % before a restart of engine 0, k 4 -> 2: the chain breaks "
+                              "there (a draft shorter than k only if the change brought another draft)")
+
+    dead_before = Counters(280, 1120, 252, (252, 0, 0, 0))
+    short_before = Counters(280, 280, 252, (252,))  # k=1 before: position 1 was never drafted
+    for before in (dead_before, short_before):
+        causes = diagnose(now, config.DETECTION, 100, True, change, Earlier(before=before))
+        assert causes[0].cause == "draft_shorter_than_k" and "chain_break" not in [h.cause for h in causes], causes
+
+
 def test_one_rank_of_two_says_the_other_one_is():
     """Issue 31 wording: 'the other 1 are' read wrong."""
     from vllm_specdec_exporter import config
