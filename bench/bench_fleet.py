@@ -692,12 +692,12 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             if cpu_share is None and wall0 is not None and time.monotonic() - wall0 >= cpu_window:
                 cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
             pm = prom_metrics(base)
-            durations, stamps = {}, {}
+            last, stamps = {}, {}
             for key, v in pm.items():
                 for g in groups:
                     if f';{g}"' in key:
                         if key.startswith("prometheus_rule_group_last_duration_seconds"):
-                            durations[g] = v
+                            last[g] = v
                         elif key.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds"):
                             stamps[g] = v
             if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
@@ -705,10 +705,10 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
                     cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
                 for g in groups:
                     seen[g].add(stamps[g])
-                    worst_group[g] = max(worst_group[g], durations[g])
-                    durations_of[g][stamps[g]] = durations[g]
+                    worst_group[g] = max(worst_group[g], last[g])
+                    durations_of[g][stamps[g]] = last[g]
                 # The groups at the evaluation interval run every interval: their durations add up.
-                at_interval = sum(v for g, v in durations.items() if intervals[g] == INTERVAL)
+                at_interval = sum(v for g, v in last.items() if intervals[g] == INTERVAL)
                 worst = max(worst, at_interval)
                 sums.append(at_interval)
                 loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
