@@ -433,6 +433,8 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
                 values = {None: 1 + r["accepted_tokens"] / r["drafts"]}
             elif op.startswith("ratio_rate") and metric == "acceptance_ratio":
                 values = {None: r["accepted_tokens"] / r["draft_tokens"]}
+            elif op.startswith("ratio_rate") and metric == "position0_acceptance_ratio":
+                values = {"0": positions[key]["0"] / r["drafts"]}  # the best server's: every pod here is alike
             elif op.startswith("ratio_rate") and metric == "position1_conditional_acceptance_ratio":
                 values = {None: positions[key]["1"] / positions[key]["0"]}
             else:
