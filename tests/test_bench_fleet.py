@@ -1,0 +1,33 @@
+"""bench/bench_fleet.py's history model: every recorded series the shipped rules read over a
+range gets a day of history before they load (a 10,000-engine run takes ~25 minutes, and a
+record added without a model stopped it at once: 816773c's position-0 history, found at stop 41)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from vllm_specdec_exporter.generators import rules
+
+sys.path.insert(0, str(REPO / "bench"))
+import bench_fleet  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def payloads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """One pod's sidecar and vLLM /metrics, captured from the real programs as the bench does."""
+    return bench_fleet.capture_payloads(tmp_path_factory.mktemp("capture"))
+
+
+@pytest.mark.parametrize("variant", ["sidecar", "vllm-direct"])
+def test_every_recorded_series_read_over_a_range_has_a_history(variant: str, payloads: tuple[str, str]):
+    text = rules.dump(rules.rule_file(variant), "")
+    fleet = bench_fleet.build_fleet(variant, 2, *payloads, 0.0, text)
+    history = bench_fleet.recorded_history(fleet, rules.default_options(), text)
+    _, needs = bench_fleet.read_over_range(text)
+    assert {name for name, *_ in history} == set(needs)
+    # The position-0 history of the model: the simulator's 0.9 at position 0 (capture_payloads).
+    p0 = [v for name, labels, v, _ in history if name.endswith(":vllm_specdec_position0_acceptance_ratio:ratio_rate1h")]
+    assert p0 and all(v == pytest.approx(0.9, abs=0.02) for v in p0), p0
