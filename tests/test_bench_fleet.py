@@ -5,14 +5,13 @@ record added without a model stopped it at once: 816773c's position-0 history, f
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO
 from vllm_specdec_exporter.generators import rules
 
 sys.path.insert(0, str(REPO / "bench"))
-import bench_fleet  # noqa: E402
+import bench_fleet
 
 
 @pytest.fixture(scope="module")
