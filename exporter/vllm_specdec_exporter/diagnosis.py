@@ -87,11 +87,16 @@ def _positions(ps: Sequence[int]) -> str:
     return ("position " if len(ps) == 1 else "positions ") + ", ".join(map(str, ps))
 
 
+def _dead(total: Counters) -> list[int]:
+    """The positions past 0 never accepted, nor any after them."""
+    return [i for i in range(1, total.k) if all(v == 0 for v in total.per_position[i:])]
+
+
 def _chain(total: Counters, min_drafts: int) -> list[Hint]:
     """What the shape of the chain says, whatever the verdict: positions never accepted (a draft
     shorter than k, or k lowered within the interval) and a chain that falls off after position 0."""
     k, drafts = total.k, total.drafts
-    dead = [i for i in range(1, k) if all(v == 0 for v in total.per_position[i:])]
+    dead = _dead(total)
     hints = []
     if dead and total.per_position[0] > 0 and drafts >= max(min_drafts, 1):
         per_draft = total.draft_tokens / drafts
@@ -307,7 +312,7 @@ def _drafted_before(hint: Hint, total: Counters, ref: Counters | None, ref_label
     exactly 0 of 1,908 drafts, after 92 % at k=4 before its restart)."""
     if hint.cause != "draft_shorter_than_k" or ref is None or total.drafts <= 0:
         return hint
-    dead = next(i for i in range(1, total.k) if all(v == 0 for v in total.per_position[i:]))
+    dead = _dead(total)[0]  # a short draft's hint names at least one
     if ref.k <= dead or ref.per_position[dead - 1] <= 0:
         return hint
     was = ref.per_position[dead] / ref.per_position[dead - 1]
