@@ -146,10 +146,11 @@ def test_custom_labels_reach_every_expression_by_clause_and_annotation(variant):
     assert "{{ $labels.k8s_ns }}/{{ end }}{{ $labels.k8s_pod }}" in collapsed["annotations"]["description"]
     assert "{{ if $labels.k8s_pod }}" in collapsed["annotations"]["description"]
     assert "on(region, k8s_ns, k8s_pod" in collapsed["expr"]
-    # Every alert that names a server names it with the configured labels: 13 in either file (the sidecar
-    # file has NoBaseline, the vLLM-direct one its invariant alert).
+    # Every alert that names a server (or a model in a namespace: AcceptanceShifted) names it with the
+    # configured labels: 14 in either file (the sidecar file has NoBaseline, the vLLM-direct one its
+    # invariant alert).
     named = [a for a, r in alerts.items() if "$labels.k8s_ns" in r["annotations"]["description"]]
-    assert len(named) == 13, named
+    assert len(named) == 14, named
     assert_no_dangling(o)
 
 

@@ -28,9 +28,11 @@ def test_k_the_baseline_and_the_invariant_alert_run_every_3_minutes(variant):
     long = names(g["vllm-specdec-recording-long"])
     assert {"namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max",
             "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"} <= long
-    # Neither pages: the invariant alert is info, EngineLagging a warning with a 15m `for`.
+    # None pages: the invariant alert is info, EngineLagging a warning with a 15m `for`,
+    # AcceptanceShifted one that reads records of the long group.
     assert names(g["vllm-specdec-alerts-long"]) == {"VLLMSpecDecodeCounterInvariantViolated",
-                                                    "VLLMSpecDecodeEngineLagging"}
+                                                    "VLLMSpecDecodeEngineLagging",
+                                                    "VLLMSpecDecodeAcceptanceShifted"}
     # The pages and the warnings are judged every evaluation.
     assert {"VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeAcceptanceCollapsed",
             "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline"} <= names(g["vllm-specdec-alerts"])

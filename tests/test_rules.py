@@ -23,7 +23,7 @@ ALERTS = REPO / "alerts"
 ALERT_NAMES = [
     "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeEngineCollapsed",
     "VLLMSpecDecodeEngineLagging", "VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeAcceptanceBelowBaseline",
-    "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeTargetInconsistent",
+    "VLLMSpecDecodeDraftChainBroken", "VLLMSpecDecodeAcceptanceDropped", "VLLMSpecDecodeAcceptanceShifted", "VLLMSpecDecodeNotDrafting", "VLLMSpecDecodeTargetDown", "VLLMSpecDecodeTargetInconsistent",
     "VLLMSpecDecodeExporterAbsent", "VLLMSpecDecodeCounterInvariantViolated", "VLLMSpecDecodeNoBaseline",
     "VLLMSpecDecodeSpeculativeTokensWasted", "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
     "VLLMSpecDecodeRequestAcceptanceExtreme",

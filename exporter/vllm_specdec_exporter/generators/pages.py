@@ -132,6 +132,18 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "change starts a new history for the new k (usable an hour later)",
         "6-8 min; a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
     ),
+    "AcceptanceShifted": (
+        "the AL - 1 of a model's newcomers since they came (servers that came or changed k within {hourly_window}: "
+        "a rollout, a restart) more than `shift_fraction` ({shift_percent}) below the best hour, within {hourly_window}, "
+        "of the servers they join or replace at the same k, both with `reference_min_drafts_per_second` "
+        "({reference_min_drafts_per_second}); per namespace, model and k",
+        "a drift within the workload's spread that came with a rollout (every position 74.15 % -> 57.80 % at k=3: "
+        "the gain 22 % lower, under AcceptanceDropped's {drop_percent}); until the newcomers have served a full hour",
+        "the gate (same traffic, same time), not the threshold, keeps workload out: the spread left is a healthy "
+        "server's rank to rank (~5 %); the drift reads 1.5x over it. A traffic-mix shift on the same pods, a k "
+        "change and a healthy rolling update stay quiet",
+        "18-21 min after the rollout",
+    ),
     "NotDrafting": (
         "generation > {min_generation_tokens_per_second} token/s, no drafts over {window}, the model drafted within a day "
         "in its namespace (any pod)",

@@ -63,6 +63,7 @@ def name(level: str, metric: str, op: str) -> str:
 # health too, and set by the Helm chart's config.health), plus the alert-only ones.
 ALERT_ONLY_THRESHOLDS = {
     "drop_fraction": c.ALERT_DROP_FRACTION,
+    "shift_fraction": c.ALERT_SHIFT_FRACTION,
     "chain_conditional_floor": c.ALERT_CHAIN_CONDITIONAL_FLOOR,
     "reference_min_drafts_per_second": c.ALERT_REFERENCE_MIN_DRAFTS_PER_SECOND,
     "min_generation_tokens_per_second": c.ALERT_MIN_GENERATION_TOKENS_PER_SECOND,
@@ -87,6 +88,7 @@ THRESHOLD_MEANINGS = {
     "draft_step_cost": "what one draft token adds to a decode step: below AL 1 + this x k, drafting costs more than it returns",
     "min_drafts_per_second": "traffic floor: drafts/s below which nothing is judged",
     "drop_fraction": "gain over 5m more than this fraction below the model's best hour of the day at the same k",
+    "shift_fraction": "a rollout's newcomers' gain more than this fraction below the servers they join or replace, same k",
     "chain_conditional_floor": "position 1 accepted in fewer than this share of the drafts whose position 0 was",
     "reference_min_drafts_per_second": "the drafts/s an hour needs to become the model's healthy reference",
     "min_generation_tokens_per_second": "generation tokens/s above which no drafts means not drafting",

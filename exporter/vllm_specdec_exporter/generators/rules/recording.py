@@ -188,14 +188,24 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     rng = o.range(hw)
     full = int(0.9 * durations.parse_duration(rng) / durations.parse_duration(o.long_group_interval()))
     young = f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
-    stable = f"on({by(labels)}) group_left({K_LABEL}) ({k_label} unless on({by(labels)}) ({young}))"
-    hourly = {
-        m_: f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, m_, f'rate{hw}')} * {stable})"
-        for m_ in ("accepted_tokens", "drafts")
-    }
+
+    def per_k(metric: str, w: str, servers: str) -> str:
+        """A model's rate at each k, summed over ``servers`` (a filter of the k label's series)."""
+        return f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, metric, f'rate{w}')} * on({by(labels)}) group_left({K_LABEL}) ({servers}))"
+
     at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
     floor = o.thresholds["reference_min_drafts_per_second"]
-    record(slow, at_k, f"1 + {hourly['accepted_tokens']}\n  / ({hourly['drafts']} >= {floor})")
+    settled = f"{k_label} unless on({by(labels)}) ({young})"
+    record(slow, at_k, f"1 + {per_k('accepted_tokens', hw, settled)}\n  / ({per_k('drafts', hw, settled)} >= {floor})")
+    # A rollout's newcomers, the servers the reference leaves out (AcceptanceShifted), per k, at the
+    # reference's production traffic (a new pod's warm-up requests alone are not its figure): over
+    # the hourly window, which for a server younger than it is its life so far.
+    newcomers = f"{k_label} and on({by(labels)}) ({young})"
+    record(
+        slow,
+        name(K_LEVEL, "newcomers_mean_acceptance_length", f"ratio_rate{hw}"),
+        f"1 + {per_k('accepted_tokens', hw, newcomers)}\n  / ({per_k('drafts', hw, newcomers)} >= {floor})",
+    )
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the

@@ -120,6 +120,17 @@ ALERTS: tuple[Alert, ...] = (
         "a head degrading in service, or a workload shift beyond what workload alone explains, if not.",
     ),
     Alert(
+        "VLLMSpecDecodeAcceptanceShifted",
+        "warning",
+        c.ALERT_SHIFTED_FOR,
+        ("shift_fraction", "reference_min_drafts_per_second"),
+        "A rollout's new servers draft worse than the servers they join or replace, at the same k.",
+        e.shifted,
+        "what was rolled out (a new artifact, quantisation, version or flag): the new servers serve the same "
+        "traffic at the same time as their predecessors; a traffic-mix shift that came with the rollout, if one did.",
+        slow=True,
+    ),
+    Alert(
         "VLLMSpecDecodeNotDrafting",
         "warning",
         c.ALERT_NOT_DRAFTING_FOR,

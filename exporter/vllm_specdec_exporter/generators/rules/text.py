@@ -81,6 +81,7 @@ def alert_figures(o: Options, alert: str) -> dict[str, str]:
         "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * durations.parse_duration(o.range(fast)):,.0f}",
         "chain_healthy": f"{CHAIN_HEALTHY_FACTOR * float(t['chain_conditional_floor']):g}",
         "drop_percent": _percent(t["drop_fraction"]),
+        "shift_percent": _percent(t["shift_fraction"]),
         "wasted_percent": _percent(t["wasted_position_ratio"]),
         "suspicious_percent": _percent(t["suspicious_acceptance_ratio"]),
         "unreachable_after": c.TARGET_UNREACHABLE_AFTER,
