@@ -564,8 +564,9 @@ def shifted(model: str, value: str, k: int) -> dict:
         labels,
         "A rollout's new servers draft worse than the servers they join or replace, at the same k.",
         f"The speculative gain (mean acceptance length - 1) of the servers of {model} in {NS} that started or "
-        f"changed k within the last 1h is {value} since they did, at k={k}: more than 0.15 below the best hour of the "
-        "servers they join or replace (within the last 1h, same k). What was rolled out drafts worse on the same traffic.",
+        f"changed k within the last 1h is {value} over 15m at k={k}: more than 0.15 below the servers they join or "
+        "replace over the same 15m (or their last 15m within the last 1h, same k). What was rolled out drafts worse "
+        "on the same traffic.",
     )
 
 
@@ -573,37 +574,67 @@ def shift_group(v: str) -> dict:
     """Issue 30 item 9: the upgrade drift rolled out onto new pods (two old pods replaced at 90m by
     two new ones, a minute's overlap) under a served name no profile matches. AcceptanceDropped
     (40 %) stays quiet: 22 % is within what workload alone moves. The newcomers against the
-    servers they replace warn, until they have served a full hour themselves (in promtool every
-    group runs each minute: 18 minutes). Quiet beside it: the same drift on the same pods (a
-    traffic-mix shift, no rollout), and a rollout that lowers k (3 -> 2, a lower AL by design)."""
-    upgrade, mixed, k_change = "DSV4-Flash-upgrade", "DSV4-Flash-mix", "DSV4-Flash-k"
-    lower_k = mix(1000, [900, 750])
-    s = []
-    for i in range(2):
-        s += deployment(v, f"upgrade-old-{i}", upgrade, [(DRIFT_HEALTHY, 90)])
-        s += deployment(v, f"upgrade-new-{i}", upgrade, [("gone", 90), (DRIFT_BROKEN, 60)])
-        s += deployment(v, f"mix-{i}", mixed, [(DRIFT_HEALTHY, 90), (DRIFT_BROKEN, 60)])
-        s += deployment(v, f"k-old-{i}", k_change, [(DRIFT_HEALTHY, 90)])
-        s += deployment(v, f"k-new-{i}", k_change, [("gone", 90), (lower_k, 60)])
-        if v == "sidecar":
-            for pod, model, ks in (
-                (f"upgrade-old-{i}", upgrade, "3x90"),
-                (f"upgrade-new-{i}", upgrade, "_x90 3x59"),
-                (f"mix-{i}", mixed, "3x150"),
-                (f"k-old-{i}", k_change, "3x90"),
-                (f"k-new-{i}", k_change, "_x90 2x59"),
-            ):
+    servers they replace warn. Quiet beside it: the same drift on the same pods (a traffic-mix
+    shift, no rollout), a rollout that lowers k (3 -> 2, a lower AL by design), and, found by
+    attacking the first form (which compared a newcomer's whole life with the best hour of up to
+    2 h back): a traffic-mix shift on every pod 10 minutes before a healthy rollout, k raised in
+    place beside a settled pod at the new k. Caught: k lowered in place with the head at the new k
+    degraded, and a degraded canary at 5 % of the traffic. In promtool every group runs each
+    minute, so a new pod stays a newcomer for 18 minutes and its k must hold for 4 before it is
+    compared (production: 54 and 12 of the 15m window, which keeps a new pod's first minutes of
+    warm-up requests out; promtool's 4 cannot show that). A k change keeps a server a newcomer
+    for the hour whatever the group's interval (changes over [1h])."""
+    s: list[dict] = []
+
+    def pods(model: str, phases_by_pod: dict[str, list], ks: dict[str, str]) -> None:
+        for pod, phases in phases_by_pod.items():
+            s.extend(deployment(v, pod, model, phases))
+            if v == "sidecar":
                 base = {"namespace": NS, "pod": pod, "model_name": model, "job": "vllm-specdec-exporter", "target": "vllm"}
-                s.append(gauge("vllm_specdec_num_speculative_tokens", base, ks))
+                s.append(gauge("vllm_specdec_num_speculative_tokens", base, ks[pod]))
+
+    harder = mix(1000, [800, 550, 384])  # the same gain as the drift, from the traffic
+    k2 = mix(1000, [900, 750])  # k=2 on the same traffic: a lower AL by design
+    k2_degraded = mix(1000, [800, 380])  # the gain 1.65 -> 1.18 at k=2
+    for i in range(2):
+        pods("DSV4-Flash-upgrade", {f"upgrade-old-{i}": [(DRIFT_HEALTHY, 90)],
+                                     f"upgrade-new-{i}": [("gone", 90), (DRIFT_BROKEN, 60)]},
+             {f"upgrade-old-{i}": "3x90", f"upgrade-new-{i}": "_x90 3x59"})
+        pods("DSV4-Flash-mix", {f"mix-{i}": [(DRIFT_HEALTHY, 90), (DRIFT_BROKEN, 60)]}, {f"mix-{i}": "3x150"})
+        pods("DSV4-Flash-k", {f"k-old-{i}": [(DRIFT_HEALTHY, 90)], f"k-new-{i}": [("gone", 90), (k2, 60)]},
+             {f"k-old-{i}": "3x90", f"k-new-{i}": "_x90 2x59"})
+        pods("DSV4-Flash-harder", {f"harder-old-{i}": [(DRIFT_HEALTHY, 80), (harder, 10)],
+                                    f"harder-new-{i}": [("gone", 90), (harder, 60)]},
+             {f"harder-old-{i}": "3x90", f"harder-new-{i}": "_x90 3x59"})
+    # k changed in place: raised 2 -> 3 beside a settled k=3 pod (healthy), lowered 3 -> 2 beside
+    # a settled k=2 pod with the head degraded at k=2.
+    pods("DSV4-Flash-raised", {"raised": [(k2, 60), ("restart",), (DRIFT_HEALTHY, 90)],
+                               "raised-peer": [(DRIFT_HEALTHY, 150)]},
+         {"raised": "2x60 3x89", "raised-peer": "3x150"})
+    pods("DSV4-Flash-lowered", {"lowered": [(DRIFT_HEALTHY, 60), ("restart",), (k2_degraded, 90)],
+                                "lowered-peer": [(k2, 150)]},
+         {"lowered": "3x60 2x89", "lowered-peer": "2x150"})
+    # A canary at 5 % of the traffic (2.5 drafts/s), degraded, beside three settled pods.
+    canary = mix(150, [120, 82.5, 57.6])  # the drift's positions
+    pods("DSV4-Flash-canary", {**{f"canary-peer-{i}": [(DRIFT_HEALTHY, 150)] for i in range(3)},
+                               "canary": [("gone", 90), (canary, 60)]},
+         {**{f"canary-peer-{i}": "3x150" for i in range(3)}, "canary": "_x90 3x59"})
     S, D = "VLLMSpecDecodeAcceptanceShifted", "VLLMSpecDecodeAcceptanceDropped"
-    # The new pods' AL is theirs from their first 5m rate (t=91m): 2.734, the gain 1.734 under
-    # 0.85 x 2.2245 = 1.891; held for 10m: firing from 101m. Settled (k recorded at 18 evaluations of
-    # the hour) from 107m: they join the reference and stop being newcomers.
+    # The new pods' k holds for the shift window's 4 evaluations from 93m; their 15m AL is theirs
+    # alone (2.734, the gain 1.734 under 0.85 x 2.2245 = 1.891); held for 10m: firing from 103m.
+    # They are newcomers until their k has been recorded at 18 evaluations (107m). In place, the
+    # lowered server is a newcomer at k=2 from its k change for the hour (61m in the sidecar's gauge,
+    # ~66m where vLLM-direct counts positions, the third going stale): 1.18 under 0.85 x 1.65 =
+    # 1.4025 once k has not changed over the 15m window, firing from ~86m / ~93m until ~121m / ~126m.
+    up, canary_alert = shifted("DSV4-Flash-upgrade", "1.734", 3), shifted("DSV4-Flash-canary", "1.734", 3)
+    lowered = shifted("DSV4-Flash-lowered", "1.180", 2)
     return group(
         "a rollout that drifts within the workload's spread: the newcomers against their predecessors",
         s,
-        [check("60m", S, []), check("95m", S, []), check("103m", S, [shifted(upgrade, "1.734", 3)])]
-        + [check(f"{t}m", S, []) for t in (110, 120, 140)]
+        [check("60m", S, []), check("70m", S, [])]
+        + [check(f"{t}m", S, [lowered]) for t in (95, 101)]
+        + [check("105m", S, [up, canary_alert, lowered]), check("115m", S, [lowered])]
+        + [check(f"{t}m", S, []) for t in (130, 140)]
         + [check(f"{t}m", D, []) for t in range(90, 150, 5)],
     )
 

@@ -368,13 +368,15 @@ ALERT_ENGINE_LAG_FOR = "15m"
 # 1.80 over 30 minutes) is warned 29 minutes after it began, a sudden one within 7.
 ALERT_DROP_FRACTION = 0.4
 ALERT_DROPPED_FOR = "3m"
-# Shifted: a rollout's newcomers (servers that came or changed k within the hour) with a gain over
-# the trend window more than this fraction below the best hour, within the hour, of the servers
-# they join or replace at the same k. The gate, not the threshold, keeps workload out: the same
-# traffic at the same time, so the spread is a healthy server's rank to rank (~5 %, the DP
-# noise of the tests), not the workload's 31 %. An upgrade drift of every position (74.15 % ->
-# 57.80 % at k=3: the gain 22 % lower) reads 1.5x over it; three times the healthy spread under it.
+# Shifted: a rollout's newcomers (servers that came or changed k within the hour, once their k has
+# held for the shift window: no warm-up, no blend of two k) with a gain over the shift window more
+# than this fraction below the settled servers' over the same window (once those are gone, their
+# last within the hour), at the same k. The gate, not the threshold, keeps workload out: the same
+# traffic at the same time, so the spread is a healthy server's rank to rank (~5 %, the DP noise
+# of the tests), not the workload's 31 %. An upgrade drift of every position (74.15 % -> 57.80 %
+# at k=3: the gain 22 % lower) reads 1.5x over it; three times the healthy spread under it.
 ALERT_SHIFT_FRACTION = 0.15
+ALERT_SHIFT_WINDOW = "15m"
 ALERT_SHIFTED_FOR = "10m"
 # An hour becomes the healthy reference only as a full hour of one server at one k with
 # production traffic: at least this many drafts/s (one request decoding at 50 tok/s makes ~20).

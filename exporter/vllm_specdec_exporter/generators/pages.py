@@ -133,16 +133,17 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "6-8 min; a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
     ),
     "AcceptanceShifted": (
-        "the AL - 1 of a model's newcomers since they came (servers that came or changed k within {hourly_window}: "
-        "a rollout, a restart) more than `shift_fraction` ({shift_percent}) below the best hour, within {hourly_window}, "
-        "of the servers they join or replace at the same k, both with `reference_min_drafts_per_second` "
-        "({reference_min_drafts_per_second}); per namespace, model and k",
+        "the AL - 1 over 15m of a model's newcomers (servers that came or changed k within {hourly_window}: a rollout, "
+        "a restart; once k has held for the 15m) more than `shift_fraction` ({shift_percent}) below the settled servers' "
+        "over the same 15m (once they are gone, their last within {hourly_window}), same namespace, model and k, with "
+        "traffic (the settled at `reference_min_drafts_per_second`)",
         "a drift within the workload's spread that came with a rollout (every position 74.15 % -> 57.80 % at k=3: "
-        "the gain 22 % lower, under AcceptanceDropped's {drop_percent}); until the newcomers have served a full hour",
+        "the gain 22 % lower, under AcceptanceDropped's {drop_percent}); a degraded canary at 5 % of the traffic; a "
+        "head degraded at a new k set in place; while the newcomers are new (an hour)",
         "the gate (same traffic, same time), not the threshold, keeps workload out: the spread left is a healthy "
-        "server's rank to rank (~5 %); the drift reads 1.5x over it. A traffic-mix shift on the same pods, a k "
-        "change and a healthy rolling update stay quiet",
-        "18-21 min after the rollout",
+        "server's rank to rank (~5 %); the drift reads 1.5x over it. A traffic-mix shift on the same pods or just "
+        "before a rollout, a k change and a healthy rolling update stay quiet",
+        "~25 min after the rollout (k held 12 min, then {for})",
     ),
     "NotDrafting": (
         "generation > {min_generation_tokens_per_second} token/s, no drafts over {window}, the model drafted within a day "

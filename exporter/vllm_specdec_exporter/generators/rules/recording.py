@@ -186,26 +186,45 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # Only full hours count (k recorded at nine tenths of this group's evaluations over the hour:
     # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
     rng = o.range(hw)
-    full = int(0.9 * durations.parse_duration(rng) / durations.parse_duration(o.long_group_interval()))
-    young = f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
 
-    def per_k(metric: str, w: str, servers: str) -> str:
-        """A model's rate at each k, summed over ``servers`` (a filter of the k label's series)."""
-        return f"sum by ({by(mlabels)}, {K_LABEL}) ({name(level, metric, f'rate{w}')} * on({by(labels)}) group_left({K_LABEL}) ({servers}))"
+    def young(rng: str) -> str:
+        """Servers whose k changed within ``rng`` or was recorded at under nine tenths of this
+        group's evaluations over it: not (yet) a server at one k for the whole of it."""
+        full = int(0.9 * durations.parse_duration(rng) / durations.parse_duration(o.long_group_interval()))
+        return f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
+
+    def per_k(rate: str, servers: str) -> str:
+        """A model's ``rate`` (a per-server series) at each k, summed over ``servers`` (a filter of
+        the k label's series)."""
+        return f"sum by ({by(mlabels)}, {K_LABEL}) ({rate} * on({by(labels)}) group_left({K_LABEL}) ({servers}))"
+
+    def hourly(metric: str) -> str:
+        return name(level, metric, f"rate{hw}")
 
     at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
     floor = o.thresholds["reference_min_drafts_per_second"]
-    settled = f"{k_label} unless on({by(labels)}) ({young})"
-    record(slow, at_k, f"1 + {per_k('accepted_tokens', hw, settled)}\n  / ({per_k('drafts', hw, settled)} >= {floor})")
-    # A rollout's newcomers, the servers the reference leaves out (AcceptanceShifted), per k, at the
-    # reference's production traffic (a new pod's warm-up requests alone are not its figure): over
-    # the hourly window, which for a server younger than it is its life so far.
-    newcomers = f"{k_label} and on({by(labels)}) ({young})"
-    record(
-        slow,
-        name(K_LEVEL, "newcomers_mean_acceptance_length", f"ratio_rate{hw}"),
-        f"1 + {per_k('accepted_tokens', hw, newcomers)}\n  / ({per_k('drafts', hw, newcomers)} >= {floor})",
-    )
+    settled = f"{k_label} unless on({by(labels)}) ({young(rng)})"
+    record(slow, at_k, f"1 + {per_k(hourly('accepted_tokens'), settled)}\n  / ({per_k(hourly('drafts'), settled)} >= {floor})")
+    # A rollout's newcomers (AcceptanceShifted): the servers the reference leaves out, once their k
+    # has held for the whole shift window (no warm-up, no blend of two k), against the settled
+    # servers over the same window at the same time, per k. Each a mean of 5m rates, as the longer
+    # windows are.
+    sw = o.range(c.ALERT_SHIFT_WINDOW)
+    span = minus(sw, o.range(base_window(o)))
+
+    def recent(metric: str) -> str:
+        return f"avg_over_time({name(level, metric, f'rate{base_window(o)}')}[{span}])"
+
+    newcomers = f"{k_label} and on({by(labels)}) ({young(rng)}) unless on({by(labels)}) ({young(sw)})"
+    for who, servers, traffic in (
+        ("settled", settled, f">= {floor}"),
+        ("newcomers", newcomers, f"> {o.thresholds['min_drafts_per_second']}"),
+    ):
+        record(
+            slow,
+            name(K_LEVEL, f"{who}_mean_acceptance_length", f"ratio_rate{c.ALERT_SHIFT_WINDOW}"),
+            f"1 + {per_k(recent('accepted_tokens'), servers)}\n  / ({per_k(recent('drafts'), servers)} {traffic})",
+        )
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
@@ -218,7 +237,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # the whole "hour" recorded a position 0 acceptance of 1.04 in the e2e stack, kept for the day.
     # A server without a position 1 (k=1) has no conditional at all.
     pos = name(SERVER, "position_accepted_tokens", f"rate{hw}")
-    reference = f"on({by(labels)}) ({name(SERVER, 'drafts', f'rate{hw}')} >= {floor}) unless on({by(labels)}) ({young})"
+    reference = f"on({by(labels)}) ({name(SERVER, 'drafts', f'rate{hw}')} >= {floor}) unless on({by(labels)}) ({young(rng)})"
     p0 = name(ml, "position0_acceptance_ratio", f"ratio_rate{hw}")
     record(
         slow,

@@ -123,7 +123,7 @@ ALERTS: tuple[Alert, ...] = (
         "VLLMSpecDecodeAcceptanceShifted",
         "warning",
         c.ALERT_SHIFTED_FOR,
-        ("shift_fraction", "reference_min_drafts_per_second"),
+        ("shift_fraction", "min_drafts_per_second", "reference_min_drafts_per_second"),
         "A rollout's new servers draft worse than the servers they join or replace, at the same k.",
         e.shifted,
         "what was rolled out (a new artifact, quantisation, version or flag): the new servers serve the same "
