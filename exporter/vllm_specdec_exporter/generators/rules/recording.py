@@ -187,11 +187,11 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
     rng = o.range(hw)
 
-    def young(rng: str) -> str:
-        """Servers whose k changed within ``rng`` or was recorded at under nine tenths of this
-        group's evaluations over it: not (yet) a server at one k for the whole of it."""
-        full = int(0.9 * durations.parse_duration(rng) / durations.parse_duration(o.long_group_interval()))
-        return f"changes({k}[{rng}]) > 0 or count_over_time({k}[{rng}]) < {full}"
+    def young(over: str) -> str:
+        """Servers whose k changed within the range ``over`` or was recorded at under nine tenths of
+        this group's evaluations over it: not (yet) a server at one k for the whole of it."""
+        full = int(0.9 * durations.parse_duration(over) / durations.parse_duration(o.long_group_interval()))
+        return f"changes({k}[{over}]) > 0 or count_over_time({k}[{over}]) < {full}"
 
     def per_k(rate: str, servers: str) -> str:
         """A model's ``rate`` (a per-server series) at each k, summed over ``servers`` (a filter of
@@ -210,10 +210,9 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # servers over the same window at the same time, per k. Each a mean of 5m rates, as the longer
     # windows are.
     sw = o.range(c.ALERT_SHIFT_WINDOW)
-    span = minus(sw, o.range(base_window(o)))
 
     def recent(metric: str) -> str:
-        return f"avg_over_time({name(level, metric, f'rate{base_window(o)}')}[{span}])"
+        return f"avg_over_time({name(level, metric, f'rate{base}')}[{minus(sw, o.range(base))}])"
 
     newcomers = f"{k_label} and on({by(labels)}) ({young(rng)}) unless on({by(labels)}) ({young(sw)})"
     for who, servers, traffic in (
