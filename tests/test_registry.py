@@ -2,7 +2,7 @@
 generators/rules/registry.py ALERTS, and its name is written nowhere else that is code or
 configuration; what is generated from the registry is checked for drift elsewhere
 (test_rules.py, test_rules_text.py), and the Alertmanager example is checked against it here.
-Its expressions (generators/rules/expressions.py) render config.py's shared threshold formulas."""
+Its expressions (generators/rules/context.py Expr) render config.py's shared threshold formulas."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_the_degraded_thresholds_promql_is_the_sidecars_formula():
     """Issue 32 item 3: config.degraded_floor and config.position0_share are the one definition of the
     'degraded' threshold: the sidecar computes them on floats, the alerts render them as PromQL."""
     from vllm_specdec_exporter import config
-    from vllm_specdec_exporter.generators.rules.expressions import Expr
+    from vllm_specdec_exporter.generators.rules.context import Expr
 
     assert str(config.degraded_floor(Expr("0.75"), Expr("b"))) == "1 + 0.75 * (b - 1)"
     assert str(config.position0_share(Expr("0.75"), Expr("b"), Expr("on(x) k"))) == "0.75 * (b - 1) / on(x) k"

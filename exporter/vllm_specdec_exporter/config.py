@@ -138,7 +138,7 @@ PARSE_TIMEOUT_SECONDS = 120
 
 class Arithmetic(Protocol):
     """What the shared threshold formulas below compute with: a float in the sidecar, a PromQL
-    expression in the rule generator (generators/rules/expressions.py Expr), so that the alerts'
+    expression in the rule generator (generators/rules/context.py Expr), so that the alerts'
     PromQL is generated from the very definition the sidecar judges with."""
 
     def __sub__(self, other: int, /) -> Self: ...

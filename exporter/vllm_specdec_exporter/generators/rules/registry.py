@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import config as c
 from . import expressions as e
-from .expressions import X
+from .context import X, context
 from .options import SIDECAR, Options, Rule, Source, default_thresholds
 
 # The likely cause each alert's own expression points at (the broken cases' fingerprints, as far as
@@ -237,7 +237,7 @@ def _annotations(a: Alert, description: str, o: Options) -> dict[str, str]:
 
 
 def alert_rules(src: Source, o: Options) -> list[Rule]:
-    x = e.context(src, o)
+    x = context(src, o)
     out: list[Rule] = []
     for a in ALERTS:
         if a.sidecar_only and src is not SIDECAR:
