@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 from conftest import REPO
 from vllm_specdec_exporter.generators import pages, rules
 
@@ -67,3 +68,43 @@ def test_every_figure_of_the_alert_notes_is_one_the_rules_are_built_from():
     names = {n for notes in pages.ALERT_NOTES.values() for text in notes for n in re.findall(r"\{(\w+)\}", text)}
     figures = rules.alert_figures(rules.default_options(), rules.ALERT_NAMES[0])
     assert names and names <= set(figures), names - set(figures)
+
+
+def section(runbook: str, alert: str) -> str:
+    return runbook.split(f"\n## {alert}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_runbook_states_the_figures_the_rules_are_built_from():
+    """alerts/runbook.md is generated from its template: a threshold, a window or a `for` changed in
+    the Options changes every section that states it, as it changes the rule (issue 32 item 3)."""
+    template = (REPO / "alerts" / rules.RUNBOOK_TEMPLATE).read_text()
+    o = rules.default_options()
+    changed = dataclasses.replace(
+        o, day_range="2d", fors={**o.fors, "VLLMSpecDecodeAcceptanceCollapsed": "20m"},
+        thresholds={**o.thresholds, "collapse_margin": "0.2", "drop_fraction": "0.5", "degraded_fraction": "0.5"})
+    before, after = rules.runbook(template, o), rules.runbook(template, changed)
+    assert before == (REPO / "alerts" / "runbook.md").read_text()
+    collapsed, dropped = "VLLMSpecDecodeAcceptanceCollapsed", "VLLMSpecDecodeAcceptanceDropped"
+    assert "**Severity: critical.** Mean acceptance length over 5m below 1.1" in section(before, collapsed)
+    assert "draft/s, for 10m." in section(before, collapsed)
+    assert "**Severity: critical.** Mean acceptance length over 5m below 1.2" in section(after, collapsed)
+    assert "draft/s, for 20m." in section(after, collapsed)
+    assert "a window reads AL below 1.2\nonly if fewer than 20 % of its drafts" in section(after, f"{collapsed}Fast")
+    assert "more than 40 % below the model's best hour of the last 1d" in section(before, dropped)
+    assert "more than 50 % below the model's best hour of the last 2d" in section(after, dropped)
+    assert "AcceptanceDropped's 50 %." in section(after, "VLLMSpecDecodeAcceptanceShifted")
+    below = section(after, "VLLMSpecDecodeAcceptanceBelowBaseline")
+    assert "`degraded_fraction`\n(0.5)" in below and "gains at most 0.5 of what" in below
+    # The V4-Flash k=7 floor follows degraded_fraction by config.position0_share: 0.5 x 0.99 / 7.
+    assert "allows 0.071;" in section(after, "VLLMSpecDecodeFirstPositionAcceptanceLow")
+    # Each alert's section states its own severity from the registry.
+    for a in rules.ALERTS:
+        assert section(before, a.name).startswith(f"\n**Severity: {a.severity}.**")
+
+
+def test_a_figure_the_rules_do_not_have_stops_the_runbook_naming_it():
+    with pytest.raises(ValueError, match=r"section VLLMSpecDecodeNoBaseline: \$\{colapse_margin\} is not a figure"):
+        rules.runbook("# r\n\n## VLLMSpecDecodeNoBaseline\n\nbelow ${colapse_margin}\n")
+    # `for` belongs to an alert's section only.
+    with pytest.raises(ValueError, match=r"section \(the preamble\): \$\{for\}"):
+        rules.runbook("# r\n\nfor ${for}\n\n## VLLMSpecDecodeNoBaseline\n")

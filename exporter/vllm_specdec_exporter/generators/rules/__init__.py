@@ -47,7 +47,16 @@ from .options import (
 from .recording import COST_PER_SERVER, recording_rules
 from .references import RECORDED_NAME, WINDOW_VARIABLE, DanglingReference, check_references, recorded, references
 from .registry import ALERT_NAMES, ALERTS, DEFAULT_FORS, SEVERITIES, Alert, alert_rules, default_options
-from .text import INDEX_BEGIN, INDEX_END, alert_figures, runbook_index, with_runbook_index, with_schema_alerts
+from .text import (
+    INDEX_BEGIN,
+    INDEX_END,
+    RUNBOOK_TEMPLATE,
+    alert_figures,
+    runbook,
+    runbook_index,
+    with_runbook_index,
+    with_schema_alerts,
+)
 
 __all__ = [
     "ALERTS",
@@ -63,6 +72,7 @@ __all__ = [
     "MODEL_LEVEL",
     "RECORDED_NAME",
     "RUNBOOK_PLACEHOLDER",
+    "RUNBOOK_TEMPLATE",
     "SELECTOR_PLACEHOLDER",
     "SEVERITIES",
     "THRESHOLD_KEYS",
@@ -94,6 +104,7 @@ __all__ = [
     "render_all",
     "render_chart_files",
     "rule_file",
+    "runbook",
     "runbook_index",
     "with_runbook_index",
     "with_schema_alerts",

@@ -1,5 +1,6 @@
 """``python -m vllm_specdec_exporter.generators.rules [--check] [OUT_DIR]``: write the rule files,
-the Helm chart's copies and the generated parts of the runbook and the chart's schema."""
+the Helm chart's copies, the runbook (from OUT_DIR's runbook.template.md) and the generated part of
+the chart's schema."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..schema import with_schema_config
 from .files import render_all, render_chart_files
 from .references import DanglingReference
 from .registry import default_options
-from .text import with_runbook_index, with_schema_alerts
+from .text import RUNBOOK_TEMPLATE, runbook, with_schema_alerts
 
 
 def _alias(text: str) -> tuple[str, str]:
@@ -53,8 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     stale = write_or_check(files, Path(args.out_dir), args.check)
     if args.chart_files:
         stale += write_or_check(chart_files, Path(args.chart_files), args.check)
-    if (Path(args.out_dir) / "runbook.md").exists():
-        stale += update_or_check(Path(args.out_dir) / "runbook.md", with_runbook_index, args.check)
+    template = Path(args.out_dir) / RUNBOOK_TEMPLATE
+    if template.exists():  # the runbook, from its template and the shipped options (never the aliases)
+        try:
+            stale += write_or_check({"runbook.md": runbook(template.read_text())}, Path(args.out_dir), args.check)
+        except ValueError as e:
+            print(f"cannot generate: {e}", file=sys.stderr)
+            return 2
     if args.chart_schema:  # the alert names from ALERTS, `config` from the settings module
         stale += update_or_check(Path(args.chart_schema), lambda t: with_schema_config(with_schema_alerts(t)), args.check)
     return exit_status(stale)

@@ -1,18 +1,19 @@
-"""The text generated from the registry: the runbook's index of alerts, the Helm schema's alert
-names, and the figures docs/alerts.md's table (generators/pages.py) states, from the Options the
-rule expressions are built from.
+"""The text generated from the registry: the runbook (from its template) with its index of alerts,
+the Helm schema's alert names, and the figures the runbook and docs/alerts.md's table
+(generators/pages.py) state, from the Options the rule expressions are built from.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from ... import config as c
 from ... import durations
 from ...settings import default_profiles
 from .expressions import CHAIN_HEALTHY_FACTOR
 from .options import THRESHOLD_MEANINGS, Options, default_thresholds
-from .registry import ALERT_NAMES, ALERTS
+from .registry import ALERT_NAMES, ALERTS, default_options
 
 INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules/registry.py ALERTS by make generate; do not edit -->"
 INDEX_END = "<!-- END alert index -->"
@@ -27,6 +28,33 @@ def runbook_index() -> str:
         variants = "sidecar" if a.sidecar_only else "sidecar, vllm-direct"
         rows.append(f"| [{a.name}](#{a.name.lower()}) | {a.severity} | {a.for_} | {variants} | {th} |")
     return "\n".join([INDEX_BEGIN, *rows, INDEX_END])
+
+
+RUNBOOK_TEMPLATE = "runbook.template.md"  # the runbook's source, beside it in alerts/
+FIGURE = re.compile(r"\$\{(\w+)\}")
+
+
+def runbook(template: str, o: Options | None = None) -> str:
+    """alerts/runbook.md from its template: each ${NAME} becomes a figure the rules are built from
+    (alert_figures; within an alert's section, that alert's `for` and severity too), so a changed
+    threshold changes the runbook as it changes the rule; then the index of alerts."""
+    o = o or default_options()
+    severities = {a.name: a.severity for a in ALERTS}
+    sections = []
+    for section in re.split(r"(?m)^(?=## )", template):
+        heading = section.split("\n", 1)[0].removeprefix("## ") if section.startswith("## ") else "(the preamble)"
+        alert = heading if heading in severities else None
+        figures = {**alert_figures(o, alert), **({"severity": severities[alert]} if alert else {})}
+
+        def figure(m: re.Match[str], figures: dict[str, str] = figures, heading: str = heading) -> str:
+            if m[1] not in figures:
+                raise ValueError(f"runbook template, section {heading}: ${{{m[1]}}} is not a figure the rules are built from")
+            return figures[m[1]]
+
+        sections.append(FIGURE.sub(figure, section))
+    title, _, rest = "".join(sections).partition("\n")
+    note = f"<!-- Generated from {RUNBOOK_TEMPLATE} by make generate, with the rules' figures: edit the template. -->"
+    return with_runbook_index(f"{title}\n{note}\n{rest}")
 
 
 def with_runbook_index(text: str) -> str:
@@ -51,11 +79,12 @@ def _percent(value: float | str) -> str:
     return f"{float(value) * 100:g} %"
 
 
-def alert_figures(o: Options, alert: str) -> dict[str, str]:
-    """The figures docs/alerts.md's table states of ``alert`` (the {NAME}s of generators/pages.py
-    ALERT_NOTES), from what its rule is built from: ``o``'s thresholds (each by its key), windows and
-    `for`s, config's fixed figures, and what follows from them (the shipped profiles' floors by the
-    formulas config.py defines for the sidecar and the rules). A changed threshold changes the table."""
+def alert_figures(o: Options, alert: str | None) -> dict[str, str]:
+    """The figures docs/alerts.md's table and the runbook state (of ``alert``, or of none: no `for`),
+    the {NAME}s of generators/pages.py ALERT_NOTES and the ${NAME}s of the runbook's template, from
+    what the rules are built from: ``o``'s thresholds (each by its key), windows and `for`s,
+    config's fixed figures, and what follows from them (the shipped profiles' floors by the formulas
+    config.py defines for the sidecar and the rules). A changed threshold changes both."""
     t = o.thresholds
     profiles = {p.name: p for p in (o.profiles or default_profiles())}
 
@@ -70,7 +99,7 @@ def alert_figures(o: Options, alert: str) -> dict[str, str]:
     fast = c.ALERT_FAST_COLLAPSE_RANGE
     return {
         **t,
-        "for": o.fors[alert],
+        **({"for": o.fors[alert]} if alert else {}),
         "window": o.detection_window,
         "trend_window": o.trend_window,
         "hourly_window": o.hourly_window,
@@ -93,6 +122,11 @@ def alert_figures(o: Options, alert: str) -> dict[str, str]:
         "request_high": f"{c.REQUEST_ACCEPTANCE_HIGH:g}",
         "request_low_percent": _percent(c.REQUEST_ACCEPTANCE_LOW),
         "request_high_percent": _percent(c.REQUEST_ACCEPTANCE_HIGH),
+        "collapse_percent": _percent(t["collapse_margin"]),
+        "shift_window": c.ALERT_SHIFT_WINDOW,
+        "v4_flash_k7_al": f"{profiles['deepseek-v4-flash-mtp-k7'].mean_acceptance_length:g}",
+        "v4_pro_k2_al": f"{profiles['deepseek-v4-pro-mtp-k2'].mean_acceptance_length:g}",
+        "v4_pro_k2_position0_floor": position0_floor("deepseek-v4-pro-mtp-k2"),
         "v4_flash_k2_degraded_floor": degraded_floor("deepseek-v4-flash-mtp-k2"),
         "v4_flash_k7_position0_floor": position0_floor("deepseek-v4-flash-mtp-k7"),
         "v4_pro_k3_degraded_floor": degraded_floor("deepseek-v4-pro-mtp-k3"),
