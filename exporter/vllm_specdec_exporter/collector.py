@@ -333,7 +333,9 @@ class Exposition:
 
     def _render(self, encoder: Callable[[CollectorRegistry], bytes]) -> tuple[bytes, bytes]:
         body = encoder(self._registry)
-        return body, gzip.compress(body, compresslevel=6)
+        # Level 1: a quarter of level 6's time for a body ~20 % larger, which a scrape over the
+        # pod's network does not notice (docs/performance.md).
+        return body, gzip.compress(body, compresslevel=1)
 
 
 def body_key(encoder: Callable[[CollectorRegistry], bytes]) -> tuple[object, ...]:
