@@ -94,7 +94,7 @@ def test_the_runbook_states_the_figures_the_rules_are_built_from():
     assert "more than 50 % below the model's best hour of the last 2d" in section(after, dropped)
     assert "AcceptanceDropped's 50 %." in section(after, "VLLMSpecDecodeAcceptanceShifted")
     below = section(after, "VLLMSpecDecodeAcceptanceBelowBaseline")
-    assert "`degraded_fraction`\n(0.5)" in below and "gains at most 0.5 of what" in below
+    assert "`degraded_fraction`\n(0.5)" in below and "gains under 50 % of what" in below
     # The V4-Flash k=7 floor follows degraded_fraction by config.position0_share: 0.5 x 0.99 / 7.
     assert "allows 0.071;" in section(after, "VLLMSpecDecodeFirstPositionAcceptanceLow")
     # Each alert's section states its own severity from the registry.
@@ -108,3 +108,18 @@ def test_a_figure_the_rules_do_not_have_stops_the_runbook_naming_it():
     # `for` belongs to an alert's section only.
     with pytest.raises(ValueError, match=r"section \(the preamble\): \$\{for\}"):
         rules.runbook("# r\n\nfor ${for}\n\n## VLLMSpecDecodeNoBaseline\n")
+
+
+def test_the_settled_share_is_one_figure_for_the_rules_and_the_runbook(monkeypatch):
+    """config.ALERT_RECORDED_SHARE decides both the rules' "full hour" count and the gap the runbook
+    says a restarted pod may be down and come back settled."""
+    from vllm_specdec_exporter import config
+
+    template = (REPO / "alerts" / rules.RUNBOOK_TEMPLATE).read_text()
+    shifted = "VLLMSpecDecodeAcceptanceShifted"
+    assert "down for more than 6m," in section(rules.runbook(template), shifted)
+    monkeypatch.setattr(config, "ALERT_RECORDED_SHARE", 0.8)
+    assert "down for more than 12m," in section(rules.runbook(template), shifted)
+    long_group = rules.rule_file("sidecar")["groups"][1]["rules"]
+    k_at = next(r["expr"] for r in long_group if r["record"].endswith("_mean_acceptance_length:ratio_rate1h") and "num_speculative_tokens:" in r["record"])
+    assert "count_over_time(namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max[1h]) < 16" in k_at

@@ -378,6 +378,10 @@ ALERT_DROPPED_FOR = "3m"
 ALERT_SHIFT_FRACTION = 0.15
 ALERT_SHIFT_WINDOW = "15m"
 ALERT_SHIFTED_FOR = "10m"
+# A server is settled over a range (the reference's full hour, the shift window's newcomers) once
+# its k was recorded at this share of the long group's evaluations over it: a pod down for more
+# than the rest (a tenth: 6 minutes of an hour) comes back as a newcomer.
+ALERT_RECORDED_SHARE = 0.9
 # An hour becomes the healthy reference only as a full hour of one server at one k with
 # production traffic: at least this many drafts/s (one request decoding at 50 tok/s makes ~20).
 # A warm-up's first minutes, or a night's trickle of easy requests, are not the model's figure.
@@ -416,6 +420,8 @@ ALERT_WASTED_FOR = "30m"
 ALERT_HIGH_ACCEPTANCE_RATE = DIAG_TOO_GOOD_ACCEPTANCE
 ALERT_HIGH_FOR = "5m"
 ALERT_INVARIANT_FOR = "0m"
+# The sidecar counts its invariant violations; its alert reads their increase over this window.
+ALERT_INVARIANT_WINDOW = "10m"
 # No baseline (info, sidecar): a model drafting with no profile found by its served name,
 # its /v1/models root or an alias. Not a fault but a blind spot: a head partly broken from
 # the start reads as healthy until a day of history exists. Said once it has lasted

@@ -226,9 +226,9 @@ def exporter_absent(x: X) -> tuple[str, str]:
 def invariant(x: X) -> tuple[str, str]:
     if x.src is SIDECAR:
         return (
-            f"increase({m.sample('exporter_invariant_violations')}{selector_of(x.o)}[10m]) > 0",
+            f"increase({m.sample('exporter_invariant_violations')}{selector_of(x.o)}[{c.ALERT_INVARIANT_WINDOW}]) > 0",
             f"The exporter at {label('instance')} (target {label(c.LABEL_TARGET)}) saw {{{{ $value | humanize }}}} "
-            "invariant violations in 10m: a partial scrape, a parse problem or a broken producer. The "
+            f"invariant violations in {c.ALERT_INVARIANT_WINDOW}: a partial scrape, a parse problem or a broken producer. The "
             "figures of the affected engine are suspect.",
         )
     # Per engine, from the raw counters: a per-server sum (tried for issue 35's cost) hides one

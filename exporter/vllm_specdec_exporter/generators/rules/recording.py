@@ -188,9 +188,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     rng = o.range(hw)
 
     def young(over: str) -> str:
-        """Servers whose k changed within the range ``over`` or was recorded at under nine tenths of
-        this group's evaluations over it: not (yet) a server at one k for the whole of it."""
-        full = int(0.9 * durations.parse_duration(over) / durations.parse_duration(o.long_group_interval()))
+        """Servers whose k changed within the range ``over`` or was recorded at under
+        ALERT_RECORDED_SHARE of this group's evaluations over it: not (yet) a server at one k for
+        the whole of it."""
+        full = int(c.ALERT_RECORDED_SHARE * durations.parse_duration(over) / durations.parse_duration(o.long_group_interval()))
         return f"changes({k}[{over}]) > 0 or count_over_time({k}[{over}]) < {full}"
 
     def per_k(rate: str, servers: str) -> str:

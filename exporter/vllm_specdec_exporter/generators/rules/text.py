@@ -12,7 +12,7 @@ from ... import config as c
 from ... import durations
 from ...settings import default_profiles
 from .expressions import CHAIN_HEALTHY_FACTOR
-from .options import THRESHOLD_MEANINGS, Options, default_thresholds
+from .options import THRESHOLD_MEANINGS, Options, base_window, default_thresholds
 from .registry import ALERT_NAMES, ALERTS, default_options
 
 INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules/registry.py ALERTS by make generate; do not edit -->"
@@ -123,6 +123,13 @@ def alert_figures(o: Options, alert: str | None) -> dict[str, str]:
         "request_low_percent": _percent(c.REQUEST_ACCEPTANCE_LOW),
         "request_high_percent": _percent(c.REQUEST_ACCEPTANCE_HIGH),
         "collapse_percent": _percent(t["collapse_margin"]),
+        "degraded_percent": _percent(t["degraded_fraction"]),
+        "base_window": base_window(o),
+        "invariant_window": c.ALERT_INVARIANT_WINDOW,
+        # The longest a pod can be down and come back settled (ALERT_RECORDED_SHARE of the hour).
+        "young_gap": durations.format_duration(
+            round((1 - c.ALERT_RECORDED_SHARE) * durations.parse_duration(o.range(o.hourly_window)))
+        ),
         "shift_window": c.ALERT_SHIFT_WINDOW,
         "v4_flash_k7_al": f"{profiles['deepseek-v4-flash-mtp-k7'].mean_acceptance_length:g}",
         "v4_pro_k2_al": f"{profiles['deepseek-v4-pro-mtp-k2'].mean_acceptance_length:g}",
