@@ -3,6 +3,7 @@ to end with a real Prometheus 2.42 scraping the real exporter fed by the simulat
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import time
@@ -149,6 +150,23 @@ def test_a_slow_fall_is_warned_within_30_minutes(tmp_path, variant):
     assert fired, proc.stdout + proc.stderr
     assert 20 <= fired[0] - start <= 30, fired  # not before the fall passes 40 %, within 30 minutes
     assert fired == list(range(fired[0], start + 40))  # and it stays
+
+
+@pytest.mark.parametrize("variant", ["sidecar", "vllm-direct"])
+def test_dropped_waits_until_a_new_servers_k_has_held_for_its_settling_time(variant):
+    """A new pod's warm-up requests (AL ~1.3) had every new pod warn; test_e2e_shift shows the gate
+    keeping one quiet on a real Prometheus, and the warning without it."""
+    k = "namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max"
+
+    def dropped(o: rules.Options) -> str:
+        [rule] = [r for g in rules.rule_file(variant, o)["groups"] for r in g["rules"]
+                  if r.get("alert") == "VLLMSpecDecodeAcceptanceDropped"]
+        return rule["expr"]
+
+    # k recorded every 3m: nine tenths of the 10m's 3.33 evaluations is 3; every minute, 9.
+    assert dropped(rules.default_options()).endswith(f"\nunless on(cluster, namespace, pod, {'target, ' if variant == 'sidecar' else ''}"
+                                                     f"model_name) (changes({k}[10m]) > 0 or count_over_time({k}[10m]) < 3)")
+    assert dropped(dataclasses.replace(rules.default_options(), long_interval="1m")).endswith("[10m]) < 9)")
 
 
 @pytest.mark.parametrize("alias, says", [("DSV4", "expected SERVED=MODEL"), ("=deepseek-ai/DeepSeek-V4-Pro", "expected"),

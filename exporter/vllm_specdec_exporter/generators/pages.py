@@ -115,7 +115,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "against BelowBaseline's {v4_pro_k3_degraded_floor}), from start-up or on a rollout's new pods",
         "healthy conditionals are >= 0.41 (the fixed V4-Flash k=2 sampling; V4-Pro 0.74, golden curves 0.61-0.80); "
         "the SGLang bug 0.25",
-        "20 min (8 min for AcceptanceDropped where there is a healthy hour to compare with)",
+        "20 min (15 min for AcceptanceDropped on a new pod, 8 in service, where there is a healthy hour to compare with)",
     ),
     "AcceptanceBelowBaseline": (
         "AL over {window} < 1 + `degraded_fraction` ({degraded_fraction}) x (profile AL - 1), with traffic",
@@ -130,7 +130,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "any regression against the model's own history: a broken rollout, a head degrading in service",
         "beyond the ~31 % workload alone moves it (V4-Flash k=1: 0.66-0.96), well short of a collapse (~95 %); a k "
         "change starts a new history for the new k (usable an hour later)",
-        "6-8 min; a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
+        "6-8 min; on a new server 9-15 min (its k held {dropped_settle} first: warm-up requests stay out); a slow fall (AL 2.61 -> 1.80 over 30 min) 29 min",
     ),
     "AcceptanceShifted": (
         "the AL - 1 over 15m of a model's newcomers (servers that came or changed k within {hourly_window}: a rollout, "

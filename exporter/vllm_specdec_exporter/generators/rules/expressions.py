@@ -22,6 +22,7 @@ from .options import (
     minus,
     name,
     selector_of,
+    young,
 )
 
 
@@ -144,12 +145,13 @@ def dropped(x: X) -> tuple[str, str]:
     # Against the model's best hour of the day at the server's own k (kept per model, so a
     # rollout does not reset it, and per k, so a k change starts a new history): a fall of more
     # than drop_fraction of the gain within minutes, whether it came at once or slowly.
+    # Not before the server's k has held for ALERT_DROPPED_SETTLE: a new pod's warm-up requests.
     ref = name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}")
     k_label = name(K_SERVER, "num_speculative_tokens", "count_values")
     keep = f"(1 - {x.t['drop_fraction']})"
     return (
         f"({x.al5} - 1)\n  < {x.on} {keep} * ({ref} + on({by(x.lv[MODEL_LEVEL])}, {K_LABEL}) group_right() (0 * {k_label}) - 1)\n"
-        f"and {x.on} {x.d5} > {x.floor}",
+        f"and {x.on} {x.d5} > {x.floor}\nunless {x.on} ({young(x.o, x.o.range(c.ALERT_DROPPED_SETTLE))})",
         f'The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf "%.3f" }}}} '
         f"over {x.w}, more than {x.t['drop_fraction']} below the model's best hour of the last "
         f"{x.o.day_range} at the same k.{cost(x)}",

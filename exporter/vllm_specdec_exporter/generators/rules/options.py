@@ -181,6 +181,15 @@ def selector_of(o: Options, extra: str = "") -> str:
     return f"{{{inner}}}" if inner else ""
 
 
+def young(o: Options, over: str) -> str:
+    """The servers not (yet) at one k for the whole range ``over``: their k (recorded in the long
+    group) changed within it or was recorded at under ALERT_RECORDED_SHARE of that group's
+    evaluations over it (a new pod, or one back from being down for more than the rest)."""
+    k = name(c.ALERT_LEVEL, "num_speculative_tokens", "max")
+    full = int(c.ALERT_RECORDED_SHARE * durations.parse_duration(over) / durations.parse_duration(o.long_group_interval()))
+    return f"changes({k}[{over}]) > 0 or count_over_time({k}[{over}]) < {full}"
+
+
 def base_window(o: Options) -> str:
     """The shortest recorded window: the only one that reads the raw counters."""
     return min(o.windows, key=lambda w: durations.parse_duration(o.range(w)))

@@ -34,6 +34,7 @@ from .options import (
     minus,
     name,
     selector_of,
+    young,
 )
 from .references import references
 
@@ -187,13 +188,6 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # a younger pod's "hour" is shorter, a warm-up's), at production traffic.
     rng = o.range(hw)
 
-    def young(over: str) -> str:
-        """Servers whose k changed within the range ``over`` or was recorded at under
-        ALERT_RECORDED_SHARE of this group's evaluations over it: not (yet) a server at one k for
-        the whole of it."""
-        full = int(c.ALERT_RECORDED_SHARE * durations.parse_duration(over) / durations.parse_duration(o.long_group_interval()))
-        return f"changes({k}[{over}]) > 0 or count_over_time({k}[{over}]) < {full}"
-
     def per_k(rate: str, servers: str) -> str:
         """A model's ``rate`` (a per-server series) at each k, summed over ``servers`` (a filter of
         the k label's series)."""
@@ -204,7 +198,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
 
     at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
     floor = o.thresholds["reference_min_drafts_per_second"]
-    settled = f"{k_label} unless on({by(labels)}) ({young(rng)})"
+    settled = f"{k_label} unless on({by(labels)}) ({young(o, rng)})"
     record(slow, at_k, f"1 + {per_k(hourly('accepted_tokens'), settled)}\n  / ({per_k(hourly('drafts'), settled)} >= {floor})")
     # A rollout's newcomers (AcceptanceShifted): the servers the reference leaves out, once their k
     # has held for the whole shift window (no warm-up, no blend of two k), against the settled
@@ -215,7 +209,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     def recent(metric: str) -> str:
         return f"avg_over_time({name(level, metric, f'rate{base}')}[{minus(sw, o.range(base))}])"
 
-    newcomers = f"{k_label} and on({by(labels)}) ({young(rng)}) unless on({by(labels)}) ({young(sw)})"
+    newcomers = f"{k_label} and on({by(labels)}) ({young(o, rng)}) unless on({by(labels)}) ({young(o, sw)})"
     for who, servers, traffic in (
         ("settled", settled, f">= {floor}"),
         ("newcomers", newcomers, f"> {o.thresholds['min_drafts_per_second']}"),
@@ -237,7 +231,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # the whole "hour" recorded a position 0 acceptance of 1.04 in the e2e stack, kept for the day.
     # A server without a position 1 (k=1) has no conditional at all.
     pos = name(SERVER, "position_accepted_tokens", f"rate{hw}")
-    reference = f"on({by(labels)}) ({name(SERVER, 'drafts', f'rate{hw}')} >= {floor}) unless on({by(labels)}) ({young(rng)})"
+    reference = f"on({by(labels)}) ({name(SERVER, 'drafts', f'rate{hw}')} >= {floor}) unless on({by(labels)}) ({young(o, rng)})"
     p0 = name(ml, "position0_acceptance_ratio", f"ratio_rate{hw}")
     record(
         slow,

@@ -131,6 +131,7 @@ def alert_figures(o: Options, alert: str | None) -> dict[str, str]:
             round((1 - c.ALERT_RECORDED_SHARE) * durations.parse_duration(o.range(o.hourly_window)))
         ),
         "shift_window": c.ALERT_SHIFT_WINDOW,
+        "dropped_settle": c.ALERT_DROPPED_SETTLE,
         "v4_flash_k7_al": f"{profiles['deepseek-v4-flash-mtp-k7'].mean_acceptance_length:g}",
         "v4_pro_k2_al": f"{profiles['deepseek-v4-pro-mtp-k2'].mean_acceptance_length:g}",
         "v4_pro_k2_position0_floor": position0_floor("deepseek-v4-pro-mtp-k2"),
