@@ -54,7 +54,6 @@ from .text import (
     alert_figures,
     runbook,
     runbook_index,
-    with_runbook_index,
     with_schema_alerts,
 )
 
@@ -106,6 +105,5 @@ __all__ = [
     "rule_file",
     "runbook",
     "runbook_index",
-    "with_runbook_index",
     "with_schema_alerts",
 ]

@@ -54,15 +54,8 @@ def runbook(template: str, o: Options | None = None) -> str:
         sections.append(FIGURE.sub(figure, section))
     title, _, rest = "".join(sections).partition("\n")
     note = f"<!-- Generated from {RUNBOOK_TEMPLATE} by make generate, with the rules' figures: edit the template. -->"
-    return with_runbook_index(f"{title}\n{note}\n{rest}")
-
-
-def with_runbook_index(text: str) -> str:
-    """The runbook with its generated block replaced (or added before the first alert's section)."""
-    if INDEX_BEGIN in text:
-        head, rest = text.split(INDEX_BEGIN, 1)
-        return head + runbook_index() + rest.split(INDEX_END, 1)[1]
-    head, sep, rest = text.partition(f"\n## {ALERTS[0].name}\n")
+    # The index of alerts goes before the first alert's section.
+    head, sep, rest = f"{title}\n{note}\n{rest}".partition(f"\n## {ALERTS[0].name}\n")
     return head + "\n" + runbook_index() + "\n" + sep + rest
 
 
