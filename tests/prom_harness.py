@@ -27,20 +27,26 @@ DEAD_RANK_AT = 10  # ... and at which one rank of the server beside it loses its
 DEAD_RANK_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 
 
-def _healthy_then_broken(description: str, model: str, at_seconds: int, engines: str = "") -> str:
-    """2 engines of healthy MTP k=2 whose draft head breaks at ``at_seconds`` (on ``engines`` only, if given)."""
-    only = f"\n    engines: {engines}" if engines else ""
+def sim_scenario(description: str, model: str, per_position: list[float], *, engines: int = 1,
+                 then: list[float] | None = None, at_seconds: int = 4, only: str = "") -> str:
+    """``engines`` engines of ``model`` at k=2, 50 drafts a second at ``per_position``; ``then``: their
+    positions from ``at_seconds`` on (on the engines ``only`` lists, if given)."""
+    engines_of = f"\n    engines: {only}" if only else ""
+    phases = f"\nphases:\n  - at: {at_seconds}s{engines_of}\n    per_position: {then}" if then else ""
     return f"""
 description: e2e -- {description}
 model_name: {model}
-engines: 2
+engines: {engines}
 k: 2
 drafts_per_second: 50
-per_position: [0.924, 0.687]
-phases:
-  - at: {at_seconds}s{only}
-    per_position: [0.0357, 0.0008]
+per_position: {per_position}{phases}
 """
+
+
+def _healthy_then_broken(description: str, model: str, at_seconds: int, engines: str = "") -> str:
+    """2 engines of healthy MTP k=2 whose draft head breaks at ``at_seconds`` (on ``engines`` only, if given)."""
+    return sim_scenario(description, model, [0.924, 0.687], engines=2, then=[0.0357, 0.0008], at_seconds=at_seconds,
+                        only=engines)
 
 
 def collapse_scenario(at_seconds: int) -> str:

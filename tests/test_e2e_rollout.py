@@ -18,7 +18,18 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from prom_harness import E2E_EXPORTER_CONFIG, E2E_OPTIONS, Prom, prometheus, sidecar, simulator, tool, wait_for, write_targets
+from prom_harness import (
+    E2E_EXPORTER_CONFIG,
+    E2E_OPTIONS,
+    Prom,
+    prometheus,
+    sidecar,
+    sim_scenario,
+    simulator,
+    tool,
+    wait_for,
+    write_targets,
+)
 from vllm_specdec_exporter import durations
 from vllm_specdec_exporter.generators import rules
 
@@ -61,14 +72,7 @@ def history(prom: Prom, since: float) -> dict[str, list]:
 
 
 def scenario(description: str, per_position: list[float]) -> str:
-    return f"""
-description: e2e rollout -- {description}
-model_name: {SERVED}
-engines: 1
-k: 2
-drafts_per_second: 50
-per_position: {per_position}
-"""
+    return sim_scenario(f"rollout -- {description}", SERVED, per_position)
 
 
 def one(prom: Prom, q: str) -> float:
