@@ -368,11 +368,8 @@ ALERT_ENGINE_LAG_FOR = "15m"
 # 1.80 over 30 minutes) is warned 29 minutes after it began, a sudden one within 7.
 ALERT_DROP_FRACTION = 0.4
 ALERT_DROPPED_FOR = "3m"
-# A server is judged by Dropped once its k has held for this long (k recorded at ALERT_RECORDED_SHARE
-# of the long group's evaluations over it, no change): its 5m window then holds none of its first
-# minutes. A new pod's warm-up requests (random prompts: AL ~1.3) above the traffic floor had it
-# warn at every start. A head broken from the start is warned about 10 minutes later (the pages
-# and AcceptanceShifted are not gated); a restart shorter than the rest keeps the server settled.
+# Dropped judges a server once its k has held this long: a new pod's warm-up requests (AL ~1.3 on
+# random prompts) had every new pod warn. A head broken from the start waits as long (not the pages).
 ALERT_DROPPED_SETTLE = "10m"
 # Shifted: a rollout's newcomers (servers that came or changed k within the hour, once their k has
 # held for the shift window: no warm-up, no blend of two k) with a gain over the shift window more
