@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from prom_harness import wait_for
 from security_harness import Upstream, bcrypt_hash, get, make_pki, start_exporter, tls_client, write_web_config
 from seed_records import render_dump
+from vllm_specdec_exporter.settings import ConfigError, build_settings, load_settings
 from vllm_specdec_exporter.sources import credentials, redact_url
 
 METADATA = "ami-id: i-0METADATA7731"  # what a cloud metadata endpoint would say
@@ -203,6 +204,31 @@ def test_query_values_are_redacted_and_scrubbed():
     assert redact_url("http://[::1/m?token=s3cret") == "http://<invalid URL>"
     assert redact_url("dumps/a?b=c.prom") == "dumps/a?b=c.prom"  # a file name, not a URL
     assert {"s3cret", "ab%2Fcd", "ab/cd"} <= set(credentials("http://h/m?token=s3cret&key=ab%2Fcd"))
+
+
+@pytest.mark.parametrize("url", ["user:S3CRETPW@127.0.0.1:18100/metrics", "user:S3CRETPW@[::1]:18100/metrics",
+                                 "//user:S3CRETPW@h/m", "http:/user:S3CRETPW@h/m", "http//user:S3CRETPW@h/m",
+                                 "http:user:S3CRETPW@h/m", "http:\\\\user:S3CRETPW@h/m", "http//h/m?token=S3CRETPW&a=b"])
+def test_a_url_with_its_scheme_mistyped_is_refused_without_its_secret(url):
+    """Found attacking the config: a URL with no scheme or a mistyped one was quoted whole."""
+    with pytest.raises(ConfigError) as refused:
+        build_settings({"targets": [{"name": "vllm", "url": url}]}, {})
+    assert "S3CRETPW" not in str(refused.value) and "is not an http(s) URL" in str(refused.value), refused.value
+    assert "S3CRETPW" not in redact_url(url)
+
+
+def test_a_password_cut_at_the_environments_comma_is_not_quoted():
+    """VLLM_SPECDEC_EXPORTER_VLLM_URL lists URLs split at commas: a password with a comma is cut in two,
+    and neither half may be quoted (the first reads as host:port, which urlsplit refuses)."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings({}, {"VLLM_SPECDEC_EXPORTER_VLLM_URL": "http://user:pa,SECRETPART@127.0.0.1:18100/metrics"})
+    assert "user:pa" not in str(refused.value) and "SECRETPART" not in str(refused.value), refused.value
+
+
+def test_report_of_a_mistyped_url_does_not_quote_its_password():
+    proc = run_cli("report", "user:S3CRETPW@127.0.0.1:18100/metrics")
+    out = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode != 0 and "S3CRETPW" not in out and "no such file: <redacted>@127.0.0.1" in out, out
 
 
 def _handler(request: web.Request):

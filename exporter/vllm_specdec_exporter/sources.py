@@ -42,16 +42,28 @@ def _redact_query(query: str) -> str:
 def redact_url(url: str) -> str:
     """The URL as shown anywhere (landing page, summary, logs, errors): without any
     user:password part, and with every query value replaced by <redacted> (a
-    ``?token=...`` is a password too). A file path is returned as is."""
+    ``?token=...`` is a password too). A file path is returned as is, unless it looks like a
+    URL with its scheme mistyped (``user:pw@host``, ``http//``, ``http:/``)."""
     if "://" not in url:
-        return url
+        return _redact_mistyped(url)
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a port over 65535
-    except ValueError:  # e.g. http://[::1/ or a port over 65535: never echo a secret
-        return url.split("://", 1)[0] + "://<invalid URL>" if "@" in url or "?" in url else url
+    except ValueError:  # e.g. http://[::1/, a port over 65535, or user:pw cut at a comma: never echo a secret
+        return url.split("://", 1)[0] + "://<invalid URL>"
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, _redact_query(parts.query), parts.fragment))
+
+
+def _redact_mistyped(text: str) -> str:
+    """``text`` with no "://": a file name as is; a URL whose scheme is missing or mistyped (an '@' in
+    it, or it starts with "http") without what comes before its last '@' and its query values."""
+    if "@" not in text and not text.lower().startswith("http"):
+        return text
+    if "@" in text:
+        text = "<redacted>@" + text.rpartition("@")[2]
+    head, q, query = text.partition("?")
+    return head + q + _redact_query(query) if q else text
 
 
 def credentials(url: str, token: str | None = None) -> tuple[str, ...]:
@@ -171,11 +183,11 @@ def read_source(
             with path.open("rb") as f:
                 data = f.read(max_bytes + 1)
         except FileNotFoundError:
-            raise SourceError(f"no such file: {source}") from None
+            raise SourceError(f"no such file: {redact_url(source)}") from None
         except IsADirectoryError:
-            raise SourceError(f"{source} is a directory, not a /metrics dump") from None
+            raise SourceError(f"{redact_url(source)} is a directory, not a /metrics dump") from None
         except OSError as e:
-            raise SourceError(f"cannot read {source}: {e.strerror}") from None
+            raise SourceError(f"cannot read {redact_url(source)}: {e.strerror}") from None
     if len(data) > max_bytes:
         size = None if source == "-" else Path(source).stat().st_size
         size = size if size and size > max_bytes else None  # a pipe or a file still growing
