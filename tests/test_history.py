@@ -351,6 +351,22 @@ def test_a_restart_known_from_the_start_time_counts_from_it_at_once():
     assert got.increments == {} and got.inconsistent[0][1].startswith("an engine that started earlier")
 
 
+def test_a_start_time_that_creeps_forward_at_every_scrape_never_adds_the_engines_life():
+    """Found attacking the sidecar: 10 M lifetime drafts at AL 2.6, the head collapsed since (2,000
+    drafts a second at AL 1.03), its _created 1 us later at every poll. Each poll read as a restart
+    added the whole life to the windows (5m AL 2.598, health ok). Now each is inconsistent, nothing
+    is added, and the target says so."""
+    h = TargetHistory([("1m", 60.0)], 3600.0)
+    life = lambda n: Counters(1e7 + 2000 * n, 2 * (1e7 + 2000 * n), 1.6e7 + 60 * n, (0.96e7 + 36 * n, 0.64e7 + 24 * n),
+                              started=1.7e9 + n * 1e-6)
+    h.observe(0.0, {KEY: life(0)})
+    for n in range(1, 8):
+        got = h.observe(float(n), {KEY: life(n)})
+        assert not got.restarted and KEY not in got.increments, (n, got)
+        if n > 1:  # the second odd poll in a row: said
+            assert got.inconsistent[0][1].startswith("a later start time, but more drafts"), got
+
+
 def test_a_rollouts_old_and_new_replicas_alternating_in_pairs_are_each_counted_once():
     """Issue 31: behind one URL the old replica (started at 1000) and the new one (started at 5000,
     its counters 4,000 drafts when it first answers) alternate two polls each. Each poll of a

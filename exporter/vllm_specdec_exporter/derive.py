@@ -55,12 +55,16 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
 
     Where both readings carry the engine's start time (vLLM's _created), it decides: a later
     one is a restart (STARTED_AGAIN) whatever the counters did, even when they grew past the
-    last reading; an earlier one is another, older server; the same one with counters gone
-    down is a glitch. Without it, the counters alone tell, as before."""
+    last reading, unless no engine started since could have drafted that much (a start time
+    stamped at each scrape would add the engine's whole life to every window); an earlier one
+    is another, older server; the same one with counters gone down is a glitch. Without it, the
+    counters alone tell, as before."""
     if base.started is not None and now.started is not None and base.started != now.started:
-        if now.started > base.started:
-            return STARTED_AGAIN
-        return "an engine that started earlier answers (two servers behind one URL?)"
+        if now.started < base.started:
+            return "an engine that started earlier answers (two servers behind one URL?)"
+        if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
+            return "a later start time, but more drafts than an engine started since could make (a start time stamped at each scrape?)"
+        return STARTED_AGAIN
     base = align_k(base, now)
     # A total at 0 (a head that never accepted) cannot go down: it does not vote against a restart.
     totals_down = (
