@@ -275,18 +275,20 @@ class SpecDecodeCollector(Collector):
 class ConnectionCollector(Collector):
     """What the listening sites did to client connections (server.GuardedSite's counts)."""
 
-    def __init__(self, counts: Callable[[], tuple[int, int]]):
-        self._counts = counts  # (evicted, timed out), summed over the sites
+    def __init__(self, counts: Callable[[], tuple[int, int, int]]):
+        self._counts = counts  # (evicted, timed out) summed over the sites, requests refused
 
     def describe(self) -> Iterable[Metric]:
         return []
 
     def collect(self) -> Iterable[Metric]:
-        evicted, timed_out = self._counts()
+        evicted, timed_out, refused = self._counts()
         e, t = _counter("exporter_connections_evicted"), _counter("exporter_connections_timed_out")
+        r = _counter("exporter_requests_refused")
         e.add_metric([], evicted)
         t.add_metric([], timed_out)
-        yield from (e, t)
+        r.add_metric([], refused)
+        yield from (e, t, r)
 
 
 class WebConfigCollector(Collector):

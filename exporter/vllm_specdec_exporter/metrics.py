@@ -234,6 +234,12 @@ FAMILIES: dict[str, Family] = {
             (),
             "Client connections closed for not sending their request headers within the header timeout.",
         ),
+        Family(
+            "exporter_requests_refused",
+            "counter",
+            (),
+            "Client requests refused as malformed (HTTP 400 from the request parser); logged one line at a bounded rate.",
+        ),
         # Only with --web.config.file, like Prometheus's config_last_reload_successful.
         Family(
             "exporter_web_config_last_reload_successful",

@@ -21,6 +21,7 @@ else) are logged at most once per ``ACCEPT_ERROR_LOG_INTERVAL_SECONDS`` with a c
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 from asyncio.sslproto import SSLProtocol
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
-from aiohttp import web
+from aiohttp import http, web
 
 from . import config
 
@@ -256,6 +257,37 @@ class GuardedSite(web.BaseSite):
         for conn in list(self.pool.conns):  # still in the handshake or the first headers: aiohttp does not know them
             if not conn.connected:
                 conn.abort()
+
+
+class RequestLog:
+    """aiohttp's request-error logger (its handler calls ``exception`` and ``debug``). A request its
+    parser refuses (a client's malformed bytes: HTTP 400) is counted and logged one line, without
+    its traceback, at most once per ACCEPT_ERROR_LOG_INTERVAL_SECONDS: a traceback per request let
+    any client, before any authentication, write 24 MB of log in 10 s. A handler's own error
+    (HTTP 500) is logged in full."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+        self._logged, self._suppressed = float("-inf"), 0
+        self._server_log = logging.getLogger("aiohttp.server")  # where aiohttp logs them itself
+
+    def debug(self, msg: str, *args: Any, exc_info: BaseException | None = None, **kw: Any) -> None:
+        if isinstance(exc_info, http.HttpProcessingError):  # not HTTP at all on a first request (TLS, a scanner)
+            self.refused += 1
+        self._server_log.debug(msg, *args, exc_info=exc_info, **kw)
+
+    def exception(self, msg: str, *args: Any, exc_info: BaseException | None = None, **kw: Any) -> None:
+        if not isinstance(exc_info, http.HttpProcessingError):
+            self._server_log.exception(msg, *args, exc_info=exc_info, **kw)
+            return
+        self.refused += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._logged < config.ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            self._suppressed += 1
+            return
+        # The exception's class, not its text: the text quotes the client's bytes.
+        log.warning("bad_request_refused", reason=type(exc_info).__name__, suppressed_since_last=self._suppressed)
+        self._logged, self._suppressed = now, 0
 
 
 def install_accept_error_handler(loop: asyncio.AbstractEventLoop, pool: Pool) -> None:

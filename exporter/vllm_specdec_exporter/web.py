@@ -28,7 +28,7 @@ from .landing import ChartKey, landing_page
 from .model import Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
-from .server import GuardedSite, Limits, open_file_limit
+from .server import GuardedSite, Limits, RequestLog, open_file_limit
 from .settings import Settings
 from .summary import cost, summarize
 from .views import TargetView
@@ -48,6 +48,7 @@ MONO: web.AppKey[Callable[[], float]] = web.AppKey("mono")  # the clock every fr
 CHARTS: web.AppKey[dict[str, dict[str, tuple[ChartKey, str]]]] = web.AppKey("charts")
 READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
 SITES: web.AppKey[list[GuardedSite]] = web.AppKey("sites")  # the listening sites (start_site)
+REQUEST_LOG = web.AppKey("request_log", RequestLog)  # the runner's request-error logger (serve)
 
 
 def create_app(
@@ -74,6 +75,7 @@ def create_app(
     app[POLLERS] = []
     app[READY] = {"ready": False}
     app[SITES] = []
+    app[REQUEST_LOG] = RequestLog()
     app[CHARTS] = {}
 
     async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -131,10 +133,10 @@ def metrics_handler(
     return metrics
 
 
-def connection_counts(app: web.Application) -> tuple[int, int]:
-    """(evicted, timed out) client connections, over the app's listening sites."""
+def connection_counts(app: web.Application) -> tuple[int, int, int]:
+    """(evicted, timed out) client connections, over the app's listening sites, and requests refused as malformed."""
     sites = app[SITES]
-    return sum(s.pool.evicted for s in sites), sum(s.timed_out for s in sites)
+    return sum(s.pool.evicted for s in sites), sum(s.timed_out for s in sites), app[REQUEST_LOG].refused
 
 
 def accepts_gzip(header: str) -> bool:
@@ -266,11 +268,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     # Connections stay below the open-file limit, a reserve kept for the polls.
     fit = open_file_limit(config.FD_RESERVE + 3 * config.ACCEPT_BATCH + 2 * len(settings.targets))
     limits = Limits(max_connections=max(8, min(config.MAX_CONNECTIONS, fit)))
+    app = create_app(settings, web_config=web_config)
     runner = web.AppRunner(
-        create_app(settings, web_config=web_config),
+        app,
         access_log_class=AccessLogger,
         handle_signals=False,
         keepalive_timeout=config.IDLE_TIMEOUT_SECONDS,
+        logger=app[REQUEST_LOG],
     )
     await runner.setup()
     _, port = await start_site(runner, settings.listen_host or None, settings.listen_port, web_config, limits)
