@@ -93,6 +93,11 @@ def test_client_certificates_when_required(tmp_path, pki):
 
 @pytest.mark.parametrize("content, expected", [
     ({"basic_auth_users": {"prometheus": "plaintext"}}, "config: basic_auth_users.prometheus: must be a bcrypt hash"),
+    # Found attacking the config: bcrypt refused these salts at each request (HTTP 500); a cost of 31 hashed for days.
+    ({"basic_auth_users": {"p": "$2b$10$4oRdDNl6OKa05+/GxdDBruo1s1BQqbHKy34xbvff082mjVEiX5eKO"}}, "basic_auth_users.p: must be a bcrypt hash"),
+    ({"basic_auth_users": {"p": "$2b$10$4oRdDNl6OKa05E/GxdDBrzo1s1BQqbHKy34xbvff082mjVEiX5eKO"}}, "basic_auth_users.p: must be a bcrypt hash"),
+    ({"basic_auth_users": {"p": "$2b$31$4oRdDNl6OKa05E/GxdDBruo1s1BQqbHKy34xbvff082mjVEiX5eKO"}}, "p: bcrypt cost '31' outside 4-17"),
+    ({"basic_auth_users": {"p": "$2b$03$4oRdDNl6OKa05E/GxdDBruo1s1BQqbHKy34xbvff082mjVEiX5eKO"}}, "p: bcrypt cost '03' outside 4-17"),
     ({"tls_server_config": {"cert_file": "/no/cert.pem", "key_file": "/no/key.pem"}},
      "config: tls_server_config.cert_file: no such file: /no/cert.pem"),
     ({"tls_server_config": {"cert_file": "x", "key_file": "y", "min_version": "TLS10"}},

@@ -101,6 +101,28 @@ def _fake_hash(cost: bytes) -> bytes:
     return _FAKE_HASHES[cost]
 
 
+_BCRYPT_ALPHABET = frozenset("./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+BCRYPT_COSTS = range(4, 18)  # htpasswd's own: 4-17 (a cost of 31 took days to hash at start-up)
+
+
+def _bcrypt_hash(key: str, hashed: object) -> bytes:
+    """A bcrypt hash as htpasswd -B writes it, checked whole here: one that bcrypt refuses (a
+    character outside its alphabet in the salt) loaded, then answered every request with HTTP 500."""
+    if not (
+        isinstance(hashed, str)
+        and len(hashed) == 60
+        and hashed[:4] in ("$2a$", "$2b$", "$2y$")
+        and hashed[6] == "$"
+        and set(hashed[7:]) <= _BCRYPT_ALPHABET
+        and hashed[28] in ".Oeu"  # the salt's last character carries 2 bits: 16 bytes in 22 characters
+    ):
+        raise ConfigError(key, "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')")
+    cost = hashed[4:6]
+    if not (cost.isascii() and cost.isdigit() and int(cost) in BCRYPT_COSTS):
+        raise ConfigError(key, f"bcrypt cost {cost!r} outside {BCRYPT_COSTS.start}-{BCRYPT_COSTS.stop - 1} (htpasswd's own)")
+    return hashed.replace("$2y$", "$2b$", 1).encode()
+
+
 def load_web_config(path: str, seen: list[str] | None = None) -> WebConfig:
     """The web config in ``path``; ``seen`` gets every file it read or looked for,
     also when it fails (a reload waits for one of them to change)."""
@@ -138,11 +160,7 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
         raise ConfigError("basic_auth_users", "expected a mapping of user: bcrypt hash")
     users = {}
     for user, hashed in users_in.items():
-        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
-            raise ConfigError(
-                f"basic_auth_users.{shown_key(user, SHOWN)}", "must be a bcrypt hash (htpasswd -nBC 10 '' | tr -d ':\\n')"
-            )
-        users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode()
+        users[str(user)] = _bcrypt_hash(f"basic_auth_users.{shown_key(user, SHOWN)}", hashed)
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
     auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
     return WebConfig(
