@@ -270,6 +270,46 @@ def test_a_query_string_secret_reaches_no_output(tmp_path):
     assert "/ok?token=<redacted>" in surfaces["logs"]  # target_up names the URL, redacted
 
 
+LABEL_SECRET = "pw-LABEL-7731x"
+MODEL = "/scratch/weights/deepseek-v4-flash"  # render_dump's
+
+
+def _echo_in_labels(request: web.Request):
+    """A target that puts what it was sent into label values: the URL's password in a model name, the
+    query's token in an engine, and its Authorization header in /v1/models' root."""
+    password = base64.b64decode(request.headers["Authorization"].split()[-1]).decode().partition(":")[2]
+    if request.path.endswith("/v1/models"):
+        return web.json_response({"data": [{"id": "m", "root": f"root-{request.headers['Authorization']}"},
+                                           {"id": f"id-{password}", "root": "r"}]})
+    text = METRICS.decode()
+    samples = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
+    echoed = samples.replace(f'model_name="{MODEL}"', f'model_name="up-{password}"')
+    engine = samples.replace('engine="0"', f'engine="{request.query["token"]}"')
+    return web.Response(text=text + echoed + engine)
+
+
+def test_credentials_a_target_echoes_into_label_values_reach_no_output(tmp_path):
+    """Found attacking the sidecar: label values were exported as read, so a target echoing its
+    credentials into them had them shown on /metrics (model_name, vllm_specdec_model_info's root),
+    the landing page and the summary. Those series are left out, and said once."""
+    assert f'model_name="{MODEL}"' in METRICS.decode() and 'engine="0"' in METRICS.decode()
+    with Upstream(_echo_in_labels) as up:
+        url = up.url("/metrics?token=tok-LABEL-0099").replace("http://", f"http://u:{LABEL_SECRET}@")
+        server, port = start_exporter("--vllm.url", url, "--poll.interval", "250ms")
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: 'vllm_specdec_up{target="vllm"} 1' in get(f"{base}/metrics")[1], 30, "the target polled")
+            wait_for(lambda: "vllm_specdec_model_info{" in get(f"{base}/metrics")[1], 30, "/v1/models read")
+            surfaces = {"/metrics": get(f"{base}/metrics")[1], "landing page": get(f"{base}/")[1],
+                        "summary": get(f"{base}/api/v1/summary")[1]}
+        finally:
+            surfaces["logs"] = server.stop()
+    for secret in (LABEL_SECRET, "tok-LABEL-0099", base64.b64encode(f"u:{LABEL_SECRET}".encode()).decode()):
+        assert not [name for name, text in surfaces.items() if secret in text], secret
+    assert f'model_name="{MODEL}"' in surfaces["/metrics"]  # the clean series are kept
+    assert "credentials_in_labels" in surfaces["logs"]
+
+
 def test_harmless_short_query_values_are_not_scrubbed_from_messages():
     """Every query value is redacted where the URL is shown, but only credential-like keys
     (token, key, secret, pass, auth, sig...) or values of 12+ characters are scrubbed from

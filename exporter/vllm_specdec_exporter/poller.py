@@ -124,8 +124,10 @@ class TargetPoller:
             )
             if isinstance(got, Failure):  # e.g. not Prometheus text, no spec decode, a refused producer
                 result, error, generation = got.result, got.error, got.generation
+                generation = {k: v for k, v in generation.items() if not self._carries_secret(*k)}
             else:
                 result = "success"
+                got = self._without_secrets(got)
                 await self._read_served_models(got)
         except PayloadTooLarge as e:  # from the response's length, before the payload is read
             result, error = "too_large", str(e)
@@ -149,6 +151,18 @@ class TargetPoller:
             self._record_failure(result, self._log_exception(e), duration)
         return result
 
+    def _carries_secret(self, *values: str) -> bool:
+        return any(scrub(v, self._secrets) != v for v in values)
+
+    def _without_secrets(self, read: Read) -> Read:
+        """A target may echo its credentials into label values, which /metrics, the landing page and
+        the summary show as read: its series whose model or engine carries one are left out."""
+        leaked = {key for key in read.kept if self._carries_secret(*key)}
+        if not leaked:
+            return read
+        self._warn_once(f"{len(leaked)} series left out: their labels carry the target's credentials", "credentials_in_labels")
+        return replace(read, kept={k: v for k, v in read.kept.items() if k not in leaked})
+
     async def _read_served_models(self, read: Read) -> None:
         """What a vLLM target serves under each served name, from its /v1/models: on the first
         poll, when a model name it was not read for appears, after a restart, and every
@@ -169,7 +183,7 @@ class TargetPoller:
                 timeout=self.settings.poll_timeout,
                 headers=self._headers(),
             )
-            self.served = read_served_models(body)
+            self.served = {k: v for k, v in read_served_models(body).items() if not self._carries_secret(k, v)}
         except (SourceError, PayloadTooLarge, ValueError) as e:
             self.view = replace(self.view, served_models_failures=self.view.served_models_failures + 1)
             self._warn_once(f"{MODELS_PATH}: {e}; baseline profiles are matched by the served name alone", "served_models_unread")
