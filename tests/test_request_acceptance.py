@@ -78,6 +78,19 @@ def test_buckets_that_are_not_cumulative_leave_out_only_the_histogram():
     assert any('engine=\\"1\\"' in w or 'engine="1"' in w for w in snap.warnings if "request_spec_decode" in w)
 
 
+def test_an_engine_with_too_many_buckets_has_no_histogram_and_the_rest_is_read():
+    """Found attacking the sidecar: 30,000 buckets on one engine (3.5 MB, within every payload bound)
+    grew the history ~1 MiB a poll, each poll's copy kept for the hour."""
+    line = next(x for x in AFTER.decode().splitlines() if 'engine="1",le="0.5",' in x and "_bucket" in x)
+    extra = "".join(line.replace('le="0.5"', f'le="{0.5 + i * 1e-6:.6f}"') + "\n" for i in range(1, 64))
+    snap = extract(AFTER + extra.encode())  # 14 buckets + inf + 63 = 78
+    assert snap.engines[(MODEL, "1")].request_acceptance is None and snap.engines[(MODEL, "1")].drafts == 1500
+    assert snap.engines[(MODEL, "0")].request_acceptance is not None
+    assert any("buckets, over 64; per-request acceptance left out" in w for w in snap.warnings), snap.warnings
+    kept = extract(AFTER + "".join(extra.splitlines(keepends=True)[:49]).encode())  # 64: kept
+    assert kept.engines[(MODEL, "1")].request_acceptance is not None
+
+
 # --- derive: read at edges, never interpolated ---
 
 def test_the_window_shares_are_exact_at_edges_005_and_098():

@@ -105,6 +105,8 @@ WARNINGS_REMEMBERED = 1000
 # payload past max_series_per_target x this (the rest could not be held anyway), which
 # bounds a hostile payload's parse time and memory whatever its size (parser.parse).
 MAX_SAMPLES_PER_ENGINE = MAX_K + 8
+# An engine's per-request histogram buckets, at most (vLLM's: 21; each poll's copy is kept for an hour).
+MAX_REQUEST_HISTOGRAM_BUCKETS = 64
 # A vLLM target's /v1/models (what each served name serves: health.find_profile) is read
 # on the first poll, after a restart, when a new model name appears, and this often; its
 # answer is capped (a few hundred bytes a model: 64 models fit many times over).

@@ -60,6 +60,12 @@ def _histograms(exp: Exposition, warnings: list[str]) -> tuple[dict[SeriesKey, R
             buckets.setdefault(key, {}).setdefault(edge, s.value)
     out: dict[SeriesKey, RequestHistogram] = {}
     for key, by_edge in buckets.items():
+        if len(by_edge) > config.MAX_REQUEST_HISTOGRAM_BUCKETS:
+            warnings.append(
+                f"{series_name(key)}: {name} has {len(by_edge):,} buckets, over {config.MAX_REQUEST_HISTOGRAM_BUCKETS}; "
+                "per-request acceptance left out"
+            )
+            continue
         edges = tuple(sorted(e for e in by_edge if math.isfinite(e)))
         cumulative = tuple(by_edge[e] for e in edges)
         count = counts.get(key, by_edge.get(math.inf))
