@@ -8,6 +8,7 @@ test_helm_limits."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -56,12 +57,30 @@ def test_a_yaml_bomb_in_the_config_file_is_refused_in_one_short_line(tmp_path):
         # values PyYAML cannot build raised a bare ValueError (a traceback)
         ("min_drafts: 2001-13-45\n", "has a value that cannot be read: month must be in 1..12"),
         ("min_drafts: " + "1" * 5000 + "\n", "has a value that cannot be read: Exceeds the limit (4300 digits)"),
+        # found attacking the config: PyYAML kept the last of two equal keys, silently (a second url won)
+        (f"targets:\n- url: '{URL}'\n  url: 'http://127.0.0.1:2/m'\n", "the key 'url' appears twice in one mapping (line 3): keep one"),
+        (f"targets: [{{url: '{URL}'}}]\npoll: {{interval: 5s}}\npoll: {{interval: 7s}}\n", "the key 'poll' appears twice"),
     ],
 )
 def test_yaml_the_loader_will_not_build_is_one_line_naming_the_file(tmp_path, text, expected):
     error = refusal(tmp_path, text)
     assert error.startswith(f"config: --config.file: {tmp_path / 'config.yaml'}") and expected in error, error[:300]
     assert "\n" not in error and len(error) < 300 + len(str(tmp_path)), error[:300]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "large"])
+def test_a_config_file_that_is_a_fifo_or_over_1_mib_is_refused_at_once(tmp_path, kind):
+    """Found attacking the config: a FIFO with no writer hung start-up for ever, with no word."""
+    path = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(f"targets: [{{url: '{URL}'}}]\n" + "#" * (1 << 20))
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"config_file": str(path)}, {})
+    expected = "is not a regular file (a FIFO)" if kind == "fifo" else "is larger than 1,048,576 bytes"
+    assert str(refused.value) == f"config: --config.file: {path} {expected}" and time.monotonic() - started < 5
 
 
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):

@@ -15,8 +15,9 @@ import yaml
 
 from .. import durations
 from ..errors import ConfigError, shown, shown_key
+from ..localfiles import read_capped
 from ..yamlsafe import load as load_yaml
-from .files import SHOWN, read_capped
+from .files import SHOWN
 from .tls import tls_context
 
 # The toolkit's configurable response headers; a list holds the only valid values.
