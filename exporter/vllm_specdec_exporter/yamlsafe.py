@@ -43,12 +43,12 @@ class _Loader(yaml.SafeLoader):
         # PyYAML keeps the last of two equal keys: a second `url:` in a target silently won.
         seen = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if isinstance(key, str | int | float | bool) and key in seen:
                 where = f"line {key_node.start_mark.line + 1}"
                 raise Refused(None, None, f"the key {str(key)[:40]!r} appears twice in one mapping ({where}): keep one", None)
             seen.add(key)
-        return super().construct_mapping(node, deep)  # type: ignore[no-untyped-call,no-any-return]
+        return super().construct_mapping(node, deep)
 
 
 def load(stream: str | IO[str], max_depth: int) -> object:
