@@ -83,10 +83,29 @@ def test_a_config_file_that_is_a_fifo_or_over_1_mib_is_refused_at_once(tmp_path,
     assert str(refused.value) == f"config: --config.file: {path} {expected}" and time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("top, expected", [
+    # Found attacking the config: a staleness under the poll interval blanked every derived gauge
+    # between polls (up 1, no AL ever), and a number as the profiles list was a TypeError traceback.
+    ({"staleness": "1ms"}, "config: staleness: 0.001s is under two poll intervals (poll.interval 5s)"),
+    ({"staleness": "9s"}, "config: staleness: 9s is under two poll intervals (poll.interval 5s)"),
+    ({"baselines": {"profiles": 5}}, "config: baselines.profiles: 5 is not a list of profiles"),
+    ({"baselines": {"profiles": {"name": "x"}}}, "config: baselines.profiles: a dict is not a list of profiles"),
+])
+def test_a_staleness_under_two_polls_or_profiles_not_a_list_are_refused(tmp_path, top, expected):
+    assert refusal(tmp_path, _config(**top)) == expected
+    assert load_settings({"config_file": str(_write(tmp_path, _config(staleness="10s")))}, {}).staleness == 10
+
+
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(f"targets: &t [{{url: '{URL}'}}]\n")
     assert load_settings({"config_file": str(path)}, {}).targets[0].url == URL
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "ok.yaml"
+    path.write_text(text)
+    return path
 
 
 def _config(**top) -> str:

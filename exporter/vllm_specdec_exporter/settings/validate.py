@@ -91,7 +91,13 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         },
     )
 
-    profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(baselines.get("profiles") or [])]
+    staleness = _duration("staleness", data.get("staleness", config.DEFAULT_STALENESS))
+    if staleness < 2 * interval:  # the derived gauges vanished between two successful polls
+        raise ConfigError("staleness", f"{staleness:g}s is under two poll intervals ({interval_key} {interval:g}s)")
+    raw_profiles = baselines.get("profiles") or []
+    if not isinstance(raw_profiles, list):
+        raise ConfigError("baselines.profiles", f"{shown(raw_profiles)} is not a list of profiles")
+    profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(raw_profiles)]
     include_defaults = baselines.get("include_defaults", True)
     if not isinstance(include_defaults, bool):
         raise ConfigError("baselines.include_defaults", f"{shown(include_defaults)} is not true or false")
@@ -110,7 +116,7 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         poll_timeout=timeout,
         max_backoff=max_backoff,
         windows=tuple(windows),
-        staleness=_duration("staleness", data.get("staleness", config.DEFAULT_STALENESS)),
+        staleness=staleness,
         max_payload_bytes=int(_limited("max_payload_bytes", data.get("max_payload_bytes", config.DEFAULT_MAX_PAYLOAD_BYTES))),
         max_series_per_target=int(
             _limited("max_series_per_target", data.get("max_series_per_target", config.DEFAULT_MAX_SERIES_PER_TARGET))
