@@ -96,6 +96,20 @@ def test_a_staleness_under_two_polls_or_profiles_not_a_list_are_refused(tmp_path
     assert load_settings({"config_file": str(_write(tmp_path, _config(staleness="10s")))}, {}).staleness == 10
 
 
+@pytest.mark.parametrize("env, flags, expected", [
+    # Found attacking the config: a bad value from the environment was named by a flag never given.
+    ({"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "5 m"}, {"urls": [URL]}, "config: VLLM_SPECDEC_EXPORTER_POLL_INTERVAL: '5 m' is not"),
+    ({"VLLM_SPECDEC_EXPORTER_VLLM_URL": "ftp://x"}, {}, "config: VLLM_SPECDEC_EXPORTER_VLLM_URL[0].url: 'ftp://x' is not"),
+    ({"VLLM_SPECDEC_EXPORTER_CONFIG_FILE": "/no/such.yaml"}, {}, "config: VLLM_SPECDEC_EXPORTER_CONFIG_FILE: no such file"),
+    # the flag given wins, and is the one named
+    ({"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "5s"}, {"urls": [URL], "poll_interval": "7x"}, "config: --poll.interval: '7x' is not"),
+])
+def test_a_bad_value_is_named_by_where_it_came_from(env, flags, expected):
+    with pytest.raises(ConfigError) as refused:
+        load_settings(flags, env)
+    assert str(refused.value).startswith(expected), refused.value
+
+
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(f"targets: &t [{{url: '{URL}'}}]\n")
@@ -238,7 +252,8 @@ def test_precedence_flags_then_env_then_file(tmp_path):
     assert s.poll_interval == 2 and [(t.name, t.url) for t in s.targets] == [("vllm", "http://flag:1/m")]
     s = load_settings({"config_file": str(path)}, {})
     assert s.poll_interval == 7 and s.targets[0].name == "f"
-    with pytest.raises(ConfigError, match=r"--poll\.interval"):
+    # Named by the variable it came from (it was --poll.interval, a flag never given).
+    with pytest.raises(ConfigError, match=r"^config: VLLM_SPECDEC_EXPORTER_POLL_INTERVAL: 'never'"):
         load_settings({"urls": ["http://x:1/m"]}, {"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "never"})
 
 

@@ -9,7 +9,7 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, message: str):
         super().__init__(f"config: {key}: {message}")
-        self.key = key
+        self.key, self.message = key, message
 
 
 SHOWN_CHARS = 100  # what an error message quotes of one value from a config file

@@ -62,5 +62,12 @@ __all__ = [
 
 def load_settings(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> Settings:
     overrides = pick_overrides(flags, env)
-    file_data = load_file(overrides["config_file"]) if "config_file" in overrides else {}
-    return build_settings(file_data, overrides)
+    try:
+        file_data = load_file(overrides["config_file"]) if "config_file" in overrides else {}
+        return build_settings(file_data, overrides)
+    except ConfigError as e:
+        # A value from VLLM_SPECDEC_EXPORTER_<NAME> is named by that variable, not by a flag never given.
+        flag = next((f for f in FLAGS if e.key.split("[", 1)[0] == f.flag and flags.get(f.dest) in (None, [])), None)
+        if flag is None or not env.get(flag.env):
+            raise
+        raise ConfigError(flag.env + e.key[len(flag.flag) :], e.message) from None

@@ -91,8 +91,11 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         },
     )
 
-    staleness = _duration("staleness", data.get("staleness", config.DEFAULT_STALENESS))
-    if staleness < 2 * interval:  # the derived gauges vanished between two successful polls
+    # At least two poll intervals: under one, the derived gauges vanished between two good polls.
+    staleness = max(_duration("staleness", config.DEFAULT_STALENESS), 2 * interval)
+    if "staleness" in data:
+        staleness = _duration("staleness", data["staleness"])
+    if staleness < 2 * interval:
         raise ConfigError("staleness", f"{staleness:g}s is under two poll intervals ({interval_key} {interval:g}s)")
     raw_profiles = baselines.get("profiles") or []
     if not isinstance(raw_profiles, list):
