@@ -354,3 +354,26 @@ def test_summary_api_carries_the_cost_gauges():
                 assert models["slow-model"]["cost"]["below_break_even"] is (None if window == "1m" else False), window
 
     run(go())
+
+
+def test_an_engine_gone_from_the_payload_has_no_figures_or_health_of_its_own():
+    """Found attacking the sidecar: DP engine 1 left the payload, engine 0 went on; 63 s later
+    engine 1 still read health ok on /metrics and in the summary, for the health window's length.
+    Now its figures go with its counters, as a model's do; the model's sums keep what it drafted."""
+    def serve(t: float) -> bytes:
+        drafts = 1000 + 100 * (t - T0)
+        return dump("m", drafts, (0.9, 0.7), T0, engines=2 if t < T0 + 60 else 1)
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 60)
+            m = await scrape(s.session, s.url)
+            assert {x.labels["engine"] for x in m[f"{P}_engine_health"]} == {"0", "1"}
+            before = one(m, f"{P}_window_drafts", window="5m")
+            await s.poll_until(T0 + 70)
+            m = await scrape(s.session, s.url)
+            assert {x.labels["engine"] for x in m[f"{P}_engine_health"]} == {"0"}
+            assert {x.labels["engine"] for x in m.get(f"{P}_engine_mean_acceptance_length", [])} <= {"0"}
+            assert one(m, f"{P}_window_drafts", window="5m") > before  # engine 1's drafts still in the model's window
+            assert set((await s.summary("5m"))["engines"]) == {"0"}
+    run(go())

@@ -127,9 +127,12 @@ def model_views(
         grouped: dict[str, dict[str, Counters]] = {}
         for (model, engine), c in window.engines.items():
             grouped.setdefault(model, {})[engine] = c
-        for model, engines in grouped.items():
+        for model, in_window in grouped.items():
             if model not in per_model:
                 continue  # a model no longer served: its figures go with its counters
+            # So does an engine: the model's sums keep what it drafted in the window, but it has no
+            # figures or verdict of its own once it is gone (its health read ok for the window's length).
+            engines = {e: c for e, c in in_window.items() if (model, e) in raw}
             span = window.span_seconds or None
             engines_fig = {
                 e: EngineFigures(
@@ -137,7 +140,7 @@ def model_views(
                 )
                 for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
             }
-            total = sum_counters(engines.values())
+            total = sum_counters(in_window.values())
             # The window's invariant violations ride along in Stats.warnings (health reads them).
             checks = invariant_violations(total, series_name((model, "sum"))[:300])
             per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, engines)
