@@ -130,8 +130,8 @@ def model_views(
         for model, in_window in grouped.items():
             if model not in per_model:
                 continue  # a model no longer served: its figures go with its counters
-            # So does an engine: the model's sums keep what it drafted in the window, but it has no
-            # figures or verdict of its own once it is gone (its health read ok for the window's length).
+            # So does an engine: the model's sums and verdict keep what it drafted in the window, but it
+            # has no figures or health of its own once it is gone (its health read ok for the window).
             engines = {e: c for e, c in in_window.items() if (model, e) in raw}
             span = window.span_seconds or None
             engines_fig = {
@@ -149,7 +149,7 @@ def model_views(
                 longest = windows.get(settings.windows[-1][0])
                 judged[model] = window_verdict(
                     label,
-                    engines,
+                    in_window,  # the model's verdict reads what its figures read
                     window.span_seconds,
                     None if longest is None else [c for (m, _), c in longest.engines.items() if m == model],
                     profiles[model],
@@ -169,7 +169,7 @@ def model_views(
                 profiles[model],
                 verdict.state,
                 verdict.reason,
-                verdict.engines,
+                {e: state for e, state in verdict.engines.items() if (model, e) in raw},
                 verdict.causes,
                 roots.get(model),
                 found[model][1],
