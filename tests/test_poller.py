@@ -1147,3 +1147,36 @@ def test_a_k_beyond_the_rules_coverage_is_exported_with_one_warning(k, warned, c
     asyncio.run(go())
     out = capsys.readouterr().out
     assert out.count("wasted-tokens alert cannot fire") == (1 if warned else 0), out
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200_000)),  # headers that never end
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nvllm:x 1\n",  # a body cut short
+    b"",  # a hang-up before any answer
+])
+def test_an_answer_that_is_not_readable_http_is_the_targets_http_error_not_ours(answer):
+    """Found attacking the sidecar: endless headers were counted result="error" (the category of the
+    sidecar's own faults) with aiohttp's "400, Too many headers" (as if the target had answered 400)."""
+    from vllm_specdec_exporter.sources import SourceError, fetch_metrics
+
+    async def go():
+        async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                with pytest.raises(SourceError) as failed:
+                    await fetch_metrics(session, f"http://u:pw123456789@127.0.0.1:{port}/metrics", timeout=10)
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert failed.value.kind == "http_error", failed.value
+        assert "sent an answer that is not readable HTTP" in str(failed.value) and "pw123456789" not in str(failed.value)
+
+    asyncio.run(go())

@@ -152,6 +152,13 @@ async def fetch_metrics(
         raise SourceError(f"cannot connect to {shown}: {e.os_error or e}", "connect_error") from None
     except aiohttp.InvalidURL:
         raise SourceError(f"invalid URL {shown}", "invalid_url") from None
+    except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
+        # The target's answer, not a fault of ours: one aiohttp cannot read (headers that never end, a
+        # body cut short, a hang-up). Its own "400" would read as if the target had answered 400.
+        what = getattr(e, "message", None) or type(e).__name__
+        raise SourceError(
+            scrub(f"{shown} sent an answer that is not readable HTTP ({what})", credentials(url)), "http_error"
+        ) from None
     except aiohttp.ClientError as e:  # its text may quote the whole URL
         raise SourceError(scrub(f"{shown}: {type(e).__name__}: {e}", credentials(url))) from None
 
