@@ -188,3 +188,22 @@ def test_diff_counts_from_a_restart_whose_counters_grew_past_the_first_scrape():
     got = delta_engines({("m", "0"): _c(1000, 1.7e9)}, {("m", "0"): _c(5000, 1.7e9 + 600, k=3)})
     assert got.counters[("m", "0")].drafts == 5000 and got.restarted == (("m", "0"),)
     assert "its counters started again at 2023-11-14 22:23:20 UTC, k 2 -> 3" in got.warnings[0]
+
+
+def test_counters_that_break_the_invariants_give_no_figure_out_of_its_range():
+    """Found attacking the sidecar: impossible counters were exported as figures out of any range
+    (AL 9.0 at k=2, conditionals of 7 and 8, an acceptance rate of 1.73); reliability.md says no
+    figure leaves its range. Each such figure is undefined; the ones in range stay."""
+    from vllm_specdec_exporter.derive import derive
+
+    s = derive(Counters(100, 300, 800, (500, 300)))  # accepted 8 per draft at k=2, positions over drafts
+    assert s.mean_acceptance_length is None and s.acceptance_rate is None
+    assert s.per_position_acceptance == [None, None] and s.conditional_acceptance == [None, 0.6]
+    assert s.acceptance_length_at_k == [None, None] and s.effective_draft_length is None  # 3 > k
+    s = derive(Counters(100, 200, 150, (70, 80)))  # position 1 above position 0
+    assert s.per_position_acceptance == [0.7, 0.8] and s.conditional_acceptance == [0.7, None]
+    assert s.mean_acceptance_length == 2.5 and s.acceptance_length_at_k == [1.7, 2.5]
+    assert s.accepted_count_ratio[:2] == [pytest.approx(0.3), None]  # -0.1 drafts "accepted exactly 1"
+    healthy = derive(Counters(100, 200, 160, (90, 70)))
+    assert (healthy.mean_acceptance_length, healthy.per_position_acceptance) == (2.6, [0.9, 0.7])
+    assert healthy.acceptance_length_at_k == [pytest.approx(1.9), pytest.approx(2.6)]
