@@ -387,7 +387,7 @@ def _finite(v: object) -> object:
 _SLACK = 1e-9  # float rounding of a sum of k ratios each at most 1
 
 
-def _within(x: float | None, low: float, high: float) -> float | None:
+def within(x: float | None, low: float, high: float) -> float | None:
     """``x`` if it lies in its range: counters that break vLLM's invariants (a producer's lie, a
     partial scrape) give no figure, rather than an AL of 9 at k=2 (invariant_violations says why)."""
     return x if x is None or low - _SLACK <= x <= high + _SLACK else None
@@ -398,19 +398,19 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
     top = stats.k or math.inf  # a producer with no per-position counters: k unknown
 
     def unit(xs: list[float | None]) -> list[float | None]:
-        return [_within(x, 0.0, 1.0) for x in xs]
+        return [within(x, 0.0, 1.0) for x in xs]
 
     return replace(
         stats,
-        mean_acceptance_length=_within(stats.mean_acceptance_length, 1.0, top + 1),
-        acceptance_rate=_within(stats.acceptance_rate, 0.0, 1.0),
+        mean_acceptance_length=within(stats.mean_acceptance_length, 1.0, top + 1),
+        acceptance_rate=within(stats.acceptance_rate, 0.0, 1.0),
         per_position_acceptance=unit(stats.per_position_acceptance),
         conditional_acceptance=unit(stats.conditional_acceptance),
-        effective_draft_length=_within(stats.effective_draft_length, 0.0, top),
+        effective_draft_length=within(stats.effective_draft_length, 0.0, top),
         marginal_acceptance_length=unit(stats.marginal_acceptance_length),
-        acceptance_length_at_k=[_within(x, 1.0, i + 2.0) for i, x in enumerate(stats.acceptance_length_at_k)],
+        acceptance_length_at_k=[within(x, 1.0, i + 2.0) for i, x in enumerate(stats.acceptance_length_at_k)],
         accepted_count_ratio=unit(stats.accepted_count_ratio),
-        draft_token_share=_within(stats.draft_token_share, 0.0, 1.0),
+        draft_token_share=within(stats.draft_token_share, 0.0, 1.0),
     )
 
 
