@@ -110,6 +110,23 @@ def test_a_bad_value_is_named_by_where_it_came_from(env, flags, expected):
     assert str(refused.value).startswith(expected), refused.value
 
 
+def _profile_entry(**over) -> dict:
+    return {"name": "mine", "model": "acme/.*", "k": 2, "mean_acceptance_length": 2.2, **over}
+
+
+@pytest.mark.parametrize("profiles, expected", [
+    # Found attacking the config: these were taken as the name "[1, 2]", the pattern "5", a method
+    # no target has, and the second of two profiles of one name never found.
+    ([_profile_entry(name=[1, 2])], "config: baselines.profiles[0].name: a list is not a non-empty string"),
+    ([_profile_entry(model=5)], "config: baselines.profiles[0].model: 5 is not a non-empty string"),
+    ([_profile_entry(method=["mtp"])], "config: baselines.profiles[0].method: a list is not a non-empty string"),
+    ([_profile_entry(), _profile_entry(k=3, mean_acceptance_length=2.5)],
+     "config: baselines.profiles: the name 'mine' is given to two profiles"),
+])
+def test_a_profile_of_the_wrong_shape_is_refused_naming_its_key(tmp_path, profiles, expected):
+    assert refusal(tmp_path, _config(baselines={"profiles": profiles})) == expected
+
+
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(f"targets: &t [{{url: '{URL}'}}]\n")

@@ -101,6 +101,9 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if not isinstance(raw_profiles, list):
         raise ConfigError("baselines.profiles", f"{shown(raw_profiles)} is not a list of profiles")
     profiles = [_profile(f"baselines.profiles[{i}]", p) for i, p in enumerate(raw_profiles)]
+    if len({p.name for p in profiles}) < len(profiles):  # one name, one profile (a default's name: yours wins)
+        twice = next(p.name for i, p in enumerate(profiles) if p.name in {q.name for q in profiles[:i]})
+        raise ConfigError("baselines.profiles", f"the name {twice!r} is given to two profiles")
     include_defaults = baselines.get("include_defaults", True)
     if not isinstance(include_defaults, bool):
         raise ConfigError("baselines.include_defaults", f"{shown(include_defaults)} is not true or false")
