@@ -288,3 +288,17 @@ def test_parsing_processes_exit_when_serve_is_killed(tmp_path):
     for w in left:
         os.kill(w, signal.SIGKILL)
     assert left == [], f"parsing processes {left} outlived the killed serve"
+
+
+def test_a_parsing_process_ignores_ctrl_c_which_the_sidecar_handles():
+    """Found attacking the sidecar: a terminal's Ctrl-C reaches the whole process group, and a parsing
+    process printed its KeyboardInterrupt traceback (outside the JSON log) one run in a few."""
+    import signal
+
+    from vllm_specdec_exporter import parse_pool
+
+    try:
+        for big in (False, True):
+            assert parse_pool._pool(big).submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
+    finally:
+        parse_pool.close_parse_pool()

@@ -14,6 +14,7 @@ import contextlib
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import traceback
@@ -207,7 +208,10 @@ PARENT_CHECK_SECONDS = 1.0
 def _exit_with_parent(parent: int) -> None:
     """In a parsing process: exit once the sidecar is gone. A worker waits on its call queue,
     whose write end it holds too, so a sidecar killed outright (SIGKILL, the OOM killer)
-    left its parsing processes running, ~160 MB each, for good."""
+    left its parsing processes running, ~160 MB each, for good. And ignore SIGINT: a terminal's
+    Ctrl-C reaches the whole process group, and the sidecar shuts its workers down itself (their
+    KeyboardInterrupt printed a multi-line traceback, outside the JSON log, one run in a few)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         while os.getppid() == parent:
