@@ -11,7 +11,8 @@ from vllm_specdec_exporter.durations import format_duration, parse_duration
 
 VALID = {"500ms": 0.5, "1s": 1, "90s": 90, "1m30s": 90, "5m": 300, "1h": 3600, "1d": 86400,
          "1w": 604800, "1y": 31536000, "2h15m": 8100, "1m500ms": 60.5}
-INVALID = ["60", "1.5s", "5m1h", "1s1s", "", " ", "-1s", "1M", "5 m", "soon", "1h 30m"]
+INVALID = ["60", "1.5s", "5m1h", "1s1s", "", " ", "-1s", "1M", "5 m", "soon", "1h 30m",
+           "\u0665s", "\uff15m"]  # Arabic-Indic and full-width digits: \d took them (found attacking the config)
 
 
 @pytest.mark.parametrize("text, seconds", VALID.items())

@@ -110,6 +110,13 @@ def test_a_bad_value_is_named_by_where_it_came_from(env, flags, expected):
     assert str(refused.value).startswith(expected), refused.value
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/metrics ", "http://127.0.0.1:1/met rics", "http://127.0.0.1:1/m\t"])
+def test_a_url_with_a_blank_in_it_is_refused(url):
+    """Found attacking the config: a trailing space was polled as /metrics%20, a 404 to hunt for."""
+    with pytest.raises(ConfigError, match=r"is not an http\(s\) URL"):
+        build_settings({"targets": [{"url": url}]}, {})
+
+
 def _profile_entry(**over) -> dict:
     return {"name": "mine", "model": "acme/.*", "k": 2, "mean_acceptance_length": 2.2, **over}
 

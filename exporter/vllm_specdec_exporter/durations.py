@@ -16,7 +16,7 @@ _DURATION_UNITS = (
     ("s", 1.0),
     ("ms", 0.001),
 )
-_DURATION_RE = re.compile("".join(rf"(?:(\d+){u})?" for u, _ in _DURATION_UNITS))
+_DURATION_RE = re.compile("".join(rf"(?:([0-9]+){u})?" for u, _ in _DURATION_UNITS))  # ASCII digits: \d took Arabic-Indic ones
 
 
 def parse_duration(text: object) -> float:

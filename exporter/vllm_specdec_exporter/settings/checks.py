@@ -58,6 +58,9 @@ def _url(key: str, value: Any) -> str:
     try:
         parts = urlsplit(value)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0  # ports 1-65535
+        # No blank or control character: urlsplit keeps a trailing space in the path (polled as
+        # /metrics%20: a 404 the operator then hunts for).
+        ok = ok and value.isprintable() and not any(ch.isspace() for ch in value)
     except ValueError:  # e.g. http://[::1/ or a port over 65535
         ok = False
     if not ok:  # redacted: the URL may carry a password
