@@ -377,3 +377,28 @@ def test_an_engine_gone_from_the_payload_has_no_figures_or_health_of_its_own():
             assert one(m, f"{P}_window_drafts", window="5m") > before  # engine 1's drafts still in the model's window
             assert set((await s.summary("5m"))["engines"]) == {"0"}
     run(go())
+
+
+def test_the_summary_is_built_once_per_state_not_per_request(monkeypatch):
+    """Found attacking the sidecar: /api/v1/summary was rebuilt for every request (100 clients slowed
+    /healthz to 200 ms). Now once per state per window, as /metrics is; a poll makes a new one."""
+    from vllm_specdec_exporter import web as exporter_web
+
+    built = []
+    real = exporter_web.summary_for
+    monkeypatch.setattr(exporter_web, "summary_for", lambda app, window: built.append(window) or real(app, window))
+
+    def serve(t: float) -> bytes:
+        return dump("m", 1000 + 100 * (t - T0), (0.9, 0.7), T0)
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 30)
+            first = [await s.summary("5m") for _ in range(5)]
+            assert built == ["5m"] and all(x == first[0] for x in first)
+            await s.summary("1m")
+            assert built == ["5m", "1m"]
+            await s.poll_until(T0 + 40)
+            after = await s.summary("5m")
+            assert built == ["5m", "1m", "5m"] and after["all"]["num_drafts"] > first[0]["all"]["num_drafts"]
+    run(go())
