@@ -310,6 +310,21 @@ def test_credentials_a_target_echoes_into_label_values_reach_no_output(tmp_path)
     assert "credentials_in_labels" in surfaces["logs"]
 
 
+def test_a_password_that_starts_like_the_model_name_leaves_its_series_in(tmp_path):
+    """Labels are checked against whole secrets: error messages also scrub a secret's first 8+
+    characters (a quote cut short), which in labels took the password 'deepseek-v4-pass' for an
+    echo in the model name '/scratch/weights/deepseek-v4-flash'."""
+    assert "deepseek-v4-pass"[:12] in MODEL and "deepseek-v4-pass" not in MODEL
+    with Upstream(lambda request: web.Response(text=METRICS.decode())) as up:
+        url = up.url("/metrics").replace("http://", "http://u:deepseek-v4-pass@")
+        server, port = start_exporter("--vllm.url", url, "--poll.interval", "250ms")
+        try:
+            wait_for(lambda: f'model_name="{MODEL}"' in get(f"http://127.0.0.1:{port}/metrics")[1], 30, "the series kept")
+        finally:
+            logs = server.stop()
+    assert "credentials_in_labels" not in logs
+
+
 def test_harmless_short_query_values_are_not_scrubbed_from_messages():
     """Every query value is redacted where the URL is shown, but only credential-like keys
     (token, key, secret, pass, auth, sig...) or values of 12+ characters are scrubbed from

@@ -152,7 +152,9 @@ class TargetPoller:
         return result
 
     def _carries_secret(self, *values: str) -> bool:
-        return any(scrub(v, self._secrets) != v for v in values)
+        # Whole secrets only: scrub's 8-character prefixes (for quotes cut short) would take a
+        # password starting "deepseek" for an echo in every DeepSeek model name.
+        return any(secret in v for secret in self._secrets for v in values)
 
     def _without_secrets(self, read: Read) -> Read:
         """A target may echo its credentials into label values, which /metrics, the landing page and
