@@ -394,46 +394,24 @@ def within(x: float | None, low: float, high: float) -> float | None:
 
 
 def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
-    stats = _derive(c, interval_seconds, warnings)
-    top = stats.k or math.inf  # a producer with no per-position counters: k unknown
-
-    def unit(xs: list[float | None]) -> list[float | None]:
-        return [within(x, 0.0, 1.0) for x in xs]
-
-    return replace(
-        stats,
-        mean_acceptance_length=within(stats.mean_acceptance_length, 1.0, top + 1),
-        acceptance_rate=within(stats.acceptance_rate, 0.0, 1.0),
-        per_position_acceptance=unit(stats.per_position_acceptance),
-        conditional_acceptance=unit(stats.conditional_acceptance),
-        effective_draft_length=within(stats.effective_draft_length, 0.0, top),
-        marginal_acceptance_length=unit(stats.marginal_acceptance_length),
-        acceptance_length_at_k=[within(x, 1.0, i + 2.0) for i, x in enumerate(stats.acceptance_length_at_k)],
-        accepted_count_ratio=unit(stats.accepted_count_ratio),
-        draft_token_share=within(stats.draft_token_share, 0.0, 1.0),
-    )
-
-
-def _derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
-    # The ratios over drafts are ``ratio`` written out (it runs per engine, per window, per poll).
+    # The ratios over drafts are ``ratio`` written out (it runs per engine, per window, per poll),
+    # each kept within its range (``within``: a bounded range also refuses NaN and infinities).
     per_pos = list(c.per_position)
-    k, drafts, isfinite = len(per_pos), c.drafts, math.isfinite
-    survival: list[float | None] = [x if isfinite(x := v / drafts) else None for v in per_pos] if drafts > 0 else [None] * k
+    k, drafts = len(per_pos), c.drafts
+    top = k or math.inf  # a producer with no per-position counters: k unknown
+    survival: list[float | None] = [within(v / drafts, 0.0, 1.0) for v in per_pos] if drafts > 0 else [None] * k
     conditional: list[float | None] = [
-        (x if isfinite(x := v / prev) else None) if prev > 0 else None
-        for prev, v in zip([drafts, *per_pos], per_pos, strict=False)
+        within(v / prev, 0.0, 1.0) if prev > 0 else None for prev, v in zip([drafts, *per_pos], per_pos, strict=False)
     ]
     at_k: list[float | None] = [None] * k
     if drafts > 0:
         running = 1.0
         for i, v in enumerate(per_pos):
             running += v / drafts
-            at_k[i] = running
+            at_k[i] = within(running, 1.0, i + 2.0)
     # Steps with exactly j accepted: survivors at j minus survivors at j + 1.
     exactly = [a - b for a, b in zip([drafts, *per_pos], [*per_pos, 0.0], strict=True)] if k else []
-    count_ratio: list[float | None] = (
-        [x if isfinite(x := v / drafts) else None for v in exactly] if drafts > 0 else [None] * len(exactly)
-    )
+    count_ratio: list[float | None] = [within(v / drafts, 0.0, 1.0) for v in exactly] if drafts > 0 else [None] * len(exactly)
 
     def per_second(v: float) -> float | None:
         return ratio(v, interval_seconds) if interval_seconds else None
@@ -445,16 +423,16 @@ def _derive(c: Counters, interval_seconds: float | None = None, warnings: Iterab
         accepted_per_position=per_pos,
         num_generation_tokens=c.generation_tokens,
         k=k,
-        mean_acceptance_length=None if (r := ratio(c.accepted, c.drafts)) is None else 1.0 + r,
-        acceptance_rate=ratio(c.accepted, c.draft_tokens),
+        mean_acceptance_length=None if (r := ratio(c.accepted, c.drafts)) is None else within(1.0 + r, 1.0, top + 1),
+        acceptance_rate=within(ratio(c.accepted, c.draft_tokens), 0.0, 1.0),
         per_position_acceptance=survival,
         conditional_acceptance=conditional,
-        effective_draft_length=ratio(c.draft_tokens, c.drafts),
+        effective_draft_length=within(ratio(c.draft_tokens, c.drafts), 0.0, top),
         marginal_acceptance_length=list(survival),
         acceptance_length_at_k=at_k,
         accepted_count_drafts=exactly,
         accepted_count_ratio=count_ratio,
-        draft_token_share=ratio(c.accepted, c.generation_tokens) if c.generation_tokens is not None else None,
+        draft_token_share=within(ratio(c.accepted, c.generation_tokens), 0.0, 1.0) if c.generation_tokens is not None else None,
         drafts_per_second=per_second(c.drafts),
         drafted_tokens_per_second=per_second(c.draft_tokens),
         accepted_tokens_per_second=per_second(c.accepted),
