@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from vllm_specdec_exporter.generators import rules
+from vllm_specdec_exporter.generators.rules import options
 
 VARIANTS = ("sidecar", "vllm-direct")
 
@@ -91,3 +92,31 @@ def test_the_invariant_alert_reads_each_engines_totals_at_one_instant():
     assert expr.count("sum by (cluster, namespace, pod, model_name, engine)") == 4
     # The sidecar's float slack, not the rates' 0.1 %
     assert "> 1e-09" in expr and "1.000000001 *" in expr
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_per_position_counters_are_read_every_3_minutes_by_what_no_page_reads(variant):
+    """Issue 35: the raw per-position read (every engine's positions, vLLM-direct's 80,000 series at
+    10,000 engines) was the costliest of every 30 s evaluation. Its 5m rates and their ratios are
+    recorded in the long group; what reads them judges over a `for` of 15m or more, never a page."""
+    g = groups(variant)
+    counter = (options.SIDECAR if variant == "sidecar" else options.DIRECT).per_pos
+
+    def reading(group: dict, text: str) -> set[str]:
+        return {r.get("record") or r["alert"] for r in group["rules"] if text in r["expr"]}
+
+    assert reading(g["vllm-specdec-recording"], counter) == set()
+    assert reading(g["vllm-specdec-recording-long"], counter) >= {
+        "namespace_pod_model_name:vllm_specdec_position_accepted_tokens:rate5m"}
+    position_5m = {r["record"] for r in g["vllm-specdec-recording-long"]["rules"] if r["record"].endswith("rate5m")}
+    assert {f"{level}:vllm_specdec_{what}:ratio_rate5m" for level in ("namespace_model_name", "model_name")
+            for what in ("position_acceptance_ratio", "position_conditional_acceptance_ratio",
+                         "acceptance_count_ratio")} <= position_5m
+    # Recorded before the hour reads them, within the group.
+    order = [r["record"] for r in g["vllm-specdec-recording-long"]["rules"]]
+    assert order.index("namespace_pod_model_name:vllm_specdec_position_accepted_tokens:rate5m") < order.index(
+        "namespace_pod_model_name:vllm_specdec_position_accepted_tokens:rate1h")
+    for alert in g["vllm-specdec-alerts"]["rules"]:
+        if any(p in alert["expr"] for p in position_5m):
+            assert alert["labels"]["severity"] != "page", alert["alert"]
+            assert int(alert["for"].removesuffix("m")) >= 15, alert["alert"]

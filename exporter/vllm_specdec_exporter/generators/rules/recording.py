@@ -90,6 +90,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     base, long = base_window(o), long_windows(o)
     for w in o.windows:
         to = slow if w in long else fast
+        # The per-position rates over the shortest window, and their ratios, every long-group
+        # interval: their raw read is the costliest of an evaluation (every engine's positions,
+        # docs/scale.md); no alert reading them judges faster than its 15m `for`.
+        positions_to = slow if w == base else to
         rng = o.range(w)
         span = minus(rng, o.range(base)) if w != base else ""
         if span and durations.parse_duration(span) <= 0:
@@ -123,7 +127,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                         if finer is None or finer == ENGINE
                         else name(finer, "position_accepted_tokens", f"rate{w}")
                     )
-                    record(to, pos, f"sum by ({by(labels)}, position) ({source})")
+                    record(positions_to, pos, f"sum by ({by(labels)}, position) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
             if level == ENGINE:
@@ -139,7 +143,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 f"{accepted} / ({name(level, 'draft_tokens', f'rate{w}')} > 0)",
             )
             record(
-                to,
+                positions_to,
                 name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
                 f"{name(level, 'position_accepted_tokens', f'rate{w}')} / ignoring(position) group_left() ({drafts} > 0)",
             )
@@ -155,8 +159,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             )
             if level != SERVER:
                 # Only where the dashboards read them (a clause per position each): not per server.
-                record(to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"), _conditional(level, w))
-                record(to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
+                record(
+                    positions_to, name(level, "position_conditional_acceptance_ratio", f"ratio_rate{w}"), _conditional(level, w)
+                )
+                record(positions_to, name(level, "acceptance_count_ratio", f"ratio_rate{w}"), _count_distribution(level, w))
             finer = level
 
     # k and the baseline, per server (the alert level).
