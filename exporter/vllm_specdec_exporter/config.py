@@ -113,22 +113,18 @@ MAX_REQUEST_HISTOGRAM_BUCKETS = 64
 VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
 SERVED_MODELS_REFRESH_SECONDS = 300.0
 MAX_SERVED_MODELS_BYTES = 1024 * 1024
-# Where a payload is parsed, per target by its own cost (parse_pool.read): on the event
-# loop while the target's parses cost under PARSE_ON_LOOP_SECONDS of CPU (a real TP=8/DP=8
-# payload, 0.36 MB: ~0.6 ms) and its payload is at most PARSE_ON_LOOP_MAX_BYTES (a target
-# not yet measured: PARSE_IN_WORKER_BYTES); otherwise in a worker process, so /healthz and
-# /metrics keep answering while a 32 MiB payload is read (~0.1 s of C-speed scans and at
-# most the samples above in Python: linear time, parser.py). A parse over the cost keeps
-# the target off the loop for PARSE_HEAVY_HOLD_SECONDS: a hostile target stalls the loop
-# for one parse (~30 ms at 256 KiB of new series, ~110 ms at 1 MiB), not on every poll.
+# Where a payload is parsed, per target by its own cost (parse_pool.read): on the event loop
+# while its parses cost under PARSE_ON_LOOP_SECONDS (a real TP=8/DP=8 payload, 0.36 MB: ~0.6 ms)
+# and it is at most PARSE_ON_LOOP_MAX_BYTES (not yet measured: PARSE_IN_WORKER_BYTES); otherwise
+# in a worker process, so /healthz and /metrics answer while a 32 MiB payload is read (linear
+# time, parser.py). A parse over the cost keeps the target off the loop for PARSE_HEAVY_HOLD_SECONDS:
+# a hostile target stalls the loop for one parse (~30 ms at 256 KiB of new series), not every poll.
 PARSE_IN_WORKER_BYTES = 256 * 1024
 PARSE_ON_LOOP_MAX_BYTES = 1024 * 1024
 PARSE_ON_LOOP_SECONDS = 0.01
-# ... by one of two processes, chosen per target by its own cost: a target whose payload
-# is over PARSE_BIG_BYTES, or whose last parse took over PARSE_BUDGET_SECONDS, has its
-# parses in the heavy one for PARSE_HEAVY_HOLD_SECONDS; the others share the light one. A
-# real server's payload (0.36 MB at TP=8/DP=8: ~0.6 ms in the process) so never waits behind
-# a hostile target's, whatever size the hostile one picks.
+# ... by one of two processes: a target whose payload is over PARSE_BIG_BYTES, or whose last
+# parse took over PARSE_BUDGET_SECONDS, parses in the heavy one for PARSE_HEAVY_HOLD_SECONDS, the
+# others in the light one: a real server's payload never waits behind a hostile target's.
 PARSE_BIG_BYTES = 4 * 1024 * 1024
 PARSE_BUDGET_SECONDS = 0.25
 PARSE_HEAVY_HOLD_SECONDS = 300.0
