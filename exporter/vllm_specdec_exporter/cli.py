@@ -39,6 +39,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Once(argparse.Action):
+    """A flag that takes one value: given twice is refused, as Prometheus's own flags are, not the
+    last one silently kept (a second --poll.interval appended by a wrapper script)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"argument {option}: given more than once (only --vllm.url repeats)")
+        setattr(namespace, self.dest, values)
+
+
 def _duration(text: str) -> float:
     try:
         return durations.parse_duration(text)
@@ -88,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
             f.flag,
             dest=f.dest,
             metavar=f.metavar,
-            action="append" if f.repeat else "store",
+            action="append" if f.repeat else _Once,
             help=f"{f.help}; env {f.env}" + (f"; key {f.key}" if f.key else ""),
         )
 
