@@ -402,3 +402,26 @@ def test_the_summary_is_built_once_per_state_not_per_request(monkeypatch):
             after = await s.summary("5m")
             assert built == ["5m", "1m", "5m"] and after["all"]["num_drafts"] > first[0]["all"]["num_drafts"]
     run(go())
+
+
+def test_the_landing_page_is_built_once_per_state_not_per_request(monkeypatch):
+    """Found attacking the sidecar (stop 44, left then): the landing page was rebuilt for every
+    request (a flood held /healthz at p99 103 ms). Now once per state, as the summary; a poll makes a new one."""
+    from vllm_specdec_exporter import web as exporter_web
+
+    built = []
+    real = exporter_web.landing_page
+    monkeypatch.setattr(exporter_web, "landing_page", lambda *a: built.append(1) or real(*a))
+
+    def serve(t: float) -> bytes:
+        return dump("m", 1000 + 100 * (t - T0), (0.9, 0.7), T0)
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 30)
+            first = [await s.page() for _ in range(5)]
+            assert len(built) == 1 and all(x == first[0] for x in first)
+            await s.poll_until(T0 + 40)
+            after = await s.page()
+            assert len(built) == 2 and after != first[0]
+    run(go())

@@ -50,9 +50,10 @@ CHARTS: web.AppKey[dict[str, dict[str, tuple[ChartKey, str]]]] = web.AppKey("cha
 READY: web.AppKey[dict[str, bool]] = web.AppKey("ready")
 SITES: web.AppKey[list[GuardedSite]] = web.AppKey("sites")  # the listening sites (start_site)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)  # the runner's request-error logger (serve)
-# window -> (the views and the fresh targets it was built from, its JSON): built once per state
-# (a poll, a target turning stale), as /metrics is; per request, 100 clients slowed /healthz to 200 ms.
-SUMMARIES: web.AppKey[dict[str, tuple[tuple[object, ...], frozenset[str], str]]] = web.AppKey("summaries")
+# (page, window) -> (the views and the fresh targets it was built from, its body): the summary and the
+# landing page are built once per state (a poll, a target turning stale), as /metrics is; per request,
+# 100 clients slowed /healthz to 200 ms (the summary) and 103 ms (the landing page).
+PAGES: web.AppKey[dict[tuple[str, str], tuple[tuple[object, ...], frozenset[str], str]]] = web.AppKey("pages")
 
 
 def create_app(
@@ -81,7 +82,7 @@ def create_app(
     app[SITES] = []
     app[REQUEST_LOG] = RequestLog()
     app[CHARTS] = {}
-    app[SUMMARIES] = {}
+    app[PAGES] = {}
 
     async def pollers_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(auto_decompress=True) as session:
@@ -233,22 +234,32 @@ async def summary(request: web.Request) -> web.Response:
         valid = ", ".join(w for w, _ in settings.windows)
         return web.json_response({"error": f"unknown window {window!r}; valid: {valid}"}, status=400)
     app = request.app
-    views = tuple(p.view for p in app[POLLERS])
-    fresh = frozenset(v.name for v in fresh_views(app))
-    cached = app[SUMMARIES].get(window)
-    if cached is None or cached[1] != fresh or any(a is not b for a, b in zip(cached[0], views, strict=True)):
-        cached = app[SUMMARIES][window] = (views, fresh, json.dumps(summary_for(app, window)))
-    return web.Response(text=cached[2], content_type="application/json")
+    text = per_state(app, ("summary", window), lambda: json.dumps(summary_for(app, window)))
+    return web.Response(text=text, content_type="application/json")
 
 
 async def landing(request: web.Request) -> web.Response:
     app = request.app
-    fresh = {v.name for v in fresh_views(app)}
-    kept = app[CHARTS]  # the app's state is frozen once started: its dict is not
-    text, charts = landing_page(app[SETTINGS], [p.view for p in app[POLLERS]], fresh, kept)
-    kept.clear()
-    kept.update(charts)
-    return web.Response(text=text, content_type="text/html")
+
+    def build() -> str:
+        kept = app[CHARTS]  # the app's state is frozen once started: its dict is not
+        text, charts = landing_page(app[SETTINGS], [p.view for p in app[POLLERS]], {v.name for v in fresh_views(app)}, kept)
+        kept.clear()
+        kept.update(charts)
+        return text
+
+    return web.Response(text=per_state(app, ("landing", ""), build), content_type="text/html")
+
+
+def per_state(app: web.Application, page: tuple[str, str], build: Callable[[], str]) -> str:
+    """``page``'s body, built again only when a poll published a view (by identity: views are
+    immutable) or a target turned stale since the last build."""
+    views = tuple(p.view for p in app[POLLERS])
+    fresh = frozenset(v.name for v in fresh_views(app))
+    cached = app[PAGES].get(page)
+    if cached is None or cached[1] != fresh or any(a is not b for a, b in zip(cached[0], views, strict=True)):
+        cached = app[PAGES][page] = (views, fresh, build())
+    return cached[2]
 
 
 async def start_site(
