@@ -105,7 +105,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "partial degradation is <= 0.33 (AL - 1 bounds it). Against a profile, AL - 1 <= k x position 0 makes the "
         "floor one that no server the profile calls healthy falls under (V4-Flash k=7: {v4_flash_k7_position0_floor}). Random-token load "
         "gives the sampling bug's very counters: it warns, never pages, and the description names both readings",
-        "18-20 min",
+        "18-23 min (its 5m positions recorded every 3 min)",
     ),
     "DraftChainBroken": (
         "position 1's conditional acceptance over {window} < `chain_conditional_floor` ({chain_conditional_floor}) while "
@@ -115,7 +115,8 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "against BelowBaseline's {v4_pro_k3_degraded_floor}), from start-up or on a rollout's new pods",
         "healthy conditionals are >= 0.41 (the fixed V4-Flash k=2 sampling; V4-Pro 0.74, golden curves 0.61-0.80); "
         "the SGLang bug 0.25",
-        "20 min (15 min for AcceptanceDropped on a new pod, 8 in service, where there is a healthy hour to compare with)",
+        "20-23 min (its 5m positions recorded every 3 min; 15 min for AcceptanceDropped on a new pod, 8 in service, "
+        "where there is a healthy hour to compare with)",
     ),
     "AcceptanceBelowBaseline": (
         "AL over {window} < 1 + `degraded_fraction` ({degraded_fraction}) x (profile AL - 1), with traffic",
