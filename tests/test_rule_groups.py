@@ -4,6 +4,8 @@ every 30 s. bench/bench_fleet.py measures the cost; these hold the structure tha
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.generators.rules import options
@@ -120,3 +122,28 @@ def test_the_per_position_counters_are_read_every_3_minutes_by_what_no_page_read
         if any(p in alert["expr"] for p in position_5m):
             assert alert["labels"]["severity"] != "page", alert["alert"]
             assert int(alert["for"].removesuffix("m")) >= 15, alert["alert"]
+            # ... over the drafts recorded with the positions: over the 30 s group's, a pod's first minutes
+            # and a traffic step read position 0 at half its value for minutes (helper-25).
+            assert not DRAFTS_DIVISOR.search(alert["expr"]), alert["alert"]
+            assert "(namespace_pod_model_name:vllm_specdec_position_drafts:rate5m >" in alert["expr"], alert["alert"]
+
+
+# A division by the drafts rates of the 30 s group (not by a traffic gate that reads them).
+DRAFTS_DIVISOR = re.compile(r"/ (?:ignoring\(position\) group_left\(\) |on\([^)]*\) )?\(?[a-z_]+:vllm_specdec_drafts:rate")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_position_ratio_divides_by_drafts_recorded_with_the_positions(variant):
+    """A ratio of series sampled at different times is not a ratio: the 5m positions (every 3 minutes)
+    over the 30 s group's drafts read 2.59 at a model's first pods, and their hour, averaged from samples
+    weighed apart, let one traffic burst record a steady 0.40 drafter's best hour at 0.52 (helper-25)."""
+    records = [r for g in rules.rule_file(variant)["groups"] for r in g["rules"] if "record" in r]
+    where = {r["record"]: g["name"] for g in rules.rule_file(variant)["groups"] for r in g["rules"] if "record" in r}
+    dividing = [r for r in records if "position_accepted_tokens:rate" in r["expr"] and "/" in r["expr"]
+                and ":max_over_time" not in r["record"]]
+    assert len(dividing) >= 9, [r["record"] for r in dividing]
+    for r in dividing:
+        assert not DRAFTS_DIVISOR.search(r["expr"]), r["record"]
+    for level in ("namespace_pod_model_name", "namespace_model_name", "model_name"):
+        pos, drafts = (f"{level}:vllm_specdec_{m}:rate5m" for m in ("position_accepted_tokens", "position_drafts"))
+        assert where[pos] == where[drafts], level

@@ -93,10 +93,15 @@ def _position(x: X, i: int) -> str:
     return f'max without(position) ({name(c.ALERT_LEVEL, "position_accepted_tokens", f"rate{x.w}")}{{position="{i}"}})'
 
 
+def _position_drafts(x: X) -> str:
+    """The drafts a server's positions are divided by: read with them, in the same group (recording.py)."""
+    return f"({name(c.ALERT_LEVEL, 'position_drafts', f'rate{x.w}')} > {x.floor})"
+
+
 def position0_low(x: X) -> tuple[str, str]:
     floor = x.t["position0_floor"]
     return (
-        f"{_position(x, 0)} / {x.on} ({x.d5} > {x.floor})\n  < {x.on} (\n  {_position0_floor(x)}\n)",
+        f"{_position(x, 0)} / {x.on} {_position_drafts(x)}\n  < {x.on} (\n  {_position0_floor(x)}\n)",
         f"Position 0 of {x.where} was accepted in {{{{ $value | humanizePercentage }}}} of drafts over {x.w} "
         f"(healthy MTP: 66 % or more, whatever k): below what its profile allows (at most {floor}), or below "
         f"{floor} after the model was at {floor} or more within {x.o.day_range}. Either a broken draft path (draft "
@@ -121,7 +126,7 @@ def chain_broken(x: X) -> tuple[str, str]:
     p0 = _position(x, 0)
     return (
         f"{_position(x, 1)} / {x.on} ({p0} > 0) < {cfloor}\n"
-        f"and {x.on} {p0} / {x.on} ({x.d5} > {x.floor}) >= {floor}\n"
+        f"and {x.on} {p0} / {x.on} {_position_drafts(x)} >= {floor}\n"
         f"and {x.on_model} (max by ({by(x.lv[MODEL_LEVEL])}) ({baseline}) or {best} >= {CHAIN_HEALTHY_FACTOR} * {cfloor})",
         f"Of the drafts of {x.where} whose position 0 was accepted, position 1 was accepted in "
         f"{{{{ $value | humanizePercentage }}}} over {x.w} (healthy: 41 % or more), while position 0 is healthy: "

@@ -117,17 +117,22 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                     source = name(finer, metric, f"rate{w}")
                 record(to, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}) ({source})")
             if level != ENGINE:
-                # Positions are not kept per engine: the first level below reads the counters.
-                pos = name(level, "position_accepted_tokens", f"rate{w}")
-                if from_base:
-                    record(to, pos, f"avg_over_time({name(level, 'position_accepted_tokens', f'rate{base}')}[{span}])")
-                else:
+                # Positions are not kept per engine: the first level below reads the counters. The drafts they
+                # are divided by are read with them ("position_drafts"): divided by drafts read at another time,
+                # a pod's first minutes read over 1 and an hour of bursts weighed the positions' samples apart.
+                for metric, counter, position in (
+                    ("position_accepted_tokens", src.per_pos, ", position"),
+                    ("position_drafts", src.drafts, ""),
+                ):
+                    if from_base:
+                        record(
+                            to, name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])"
+                        )
+                        continue
                     source = (
-                        f"rate({src.per_pos}{sel}[{rng}])"
-                        if finer is None or finer == ENGINE
-                        else name(finer, "position_accepted_tokens", f"rate{w}")
+                        f"rate({counter}{sel}[{rng}])" if finer is None or finer == ENGINE else name(finer, metric, f"rate{w}")
                     )
-                    record(positions_to, pos, f"sum by ({by(labels)}, position) ({source})")
+                    record(positions_to, name(level, metric, f"rate{w}"), f"sum by ({by(labels)}{position}) ({source})")
             drafts = name(level, "drafts", f"rate{w}")
             accepted = name(level, "accepted_tokens", f"rate{w}")
             if level == ENGINE:
@@ -145,7 +150,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             record(
                 positions_to,
                 name(level, "position_acceptance_ratio", f"ratio_rate{w}"),
-                f"{name(level, 'position_accepted_tokens', f'rate{w}')} / ignoring(position) group_left() ({drafts} > 0)",
+                f"{name(level, 'position_accepted_tokens', f'rate{w}')} / ignoring(position) group_left() "
+                f"({name(level, 'position_drafts', f'rate{w}')} > 0)",
             )
             record(
                 to,
@@ -330,7 +336,7 @@ def _capacity(
 def _conditional(level: str, w: str) -> str:
     """per_pos[i] / per_pos[i-1], with per_pos[-1] = drafts: relabel i-1 as i so the two sides
     match, one clause per position (one rule, so the record name is not duplicated)."""
-    pos, drafts = name(level, "position_accepted_tokens", f"rate{w}"), name(level, "drafts", f"rate{w}")
+    pos, drafts = name(level, "position_accepted_tokens", f"rate{w}"), name(level, "position_drafts", f"rate{w}")
     clauses = [f'{pos}{{position="0"}} / ignoring(position) group_left() ({drafts} > 0)']
     clauses += [
         f'{pos}{{position="{i}"}} / label_replace({pos}{{position="{i - 1}"}} > 0, "position", "{i}", "position", ".*")'
