@@ -404,6 +404,26 @@ def test_bad_vllm_values_are_refused(args, message):
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("extra, refused", [
+    (["--web.listen-address=:9999"], "--web.listen-address"),
+    (["--config.file", "/x.yaml"], "--config.file"),
+    (["--vllm.k=3"], "--vllm.k"),  # the chart sets it from vllm.speculativeConfig
+    (["--log.level=debug", "--vllm.profile=p"], None),  # not set by the chart here
+])
+def test_extra_args_repeating_a_flag_the_chart_sets_stop_the_chart(extra, refused, tmp_path):
+    """Found reviewing 1b783d8: serve refuses a flag given twice, so an extraArgs entry repeating one of the
+    chart's own (it used to win quietly) would crash-loop the pod; helm says so instead."""
+    values = tmp_path / "v.yaml"
+    values.write_text(json.dumps({"extraArgs": extra, "vllm": {"speculativeConfig": {"num_speculative_tokens": 2}}}))
+    proc = helm("template", "rel", ".", "-f", str(CHART / "ci" / "standalone-values.yaml"), "-f", str(values), check=False)
+    if refused:
+        assert proc.returncode != 0
+        assert f"extraArgs: {refused} is set by the chart (its values: port, webConfig, vllm): serve refuses a flag given twice" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert extra[0] in proc.stdout
+
+
 def test_plain_manifest_sidecar_matches_the_chart_and_validates():
     manifests = REPO / "examples" / "kubernetes"
     exe = Path(sys.executable).parent / "kubernetes-validate"

@@ -142,6 +142,14 @@ names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
 {{- end }}
 {{- include "vllm-specdec-exporter.container" (dict "Values" .chart.Values "Chart" .chart.Chart "vllm" (omit . "chart")) }}
 {{- else }}
+{{- /* serve refuses a flag given twice: one of the chart's own in extraArgs would crash-loop the pod */}}
+{{- $set := printf "--config.file= --web.listen-address= %s %s" (ternary "--web.config.file=" "" (not (empty .Values.webConfig.secretName))) (include "vllm-specdec-exporter.vllmArgs" .) }}
+{{- range .Values.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
+{{- if and (hasPrefix "--" $flag) (contains (printf "%s=" $flag) $set) }}
+{{- fail (printf "extraArgs: %s is set by the chart (its values: port, webConfig, vllm): serve refuses a flag given twice" $flag) }}
+{{- end }}
+{{- end }}
 - name: vllm-specdec-exporter
   image: {{ include "vllm-specdec-exporter.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
