@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from vllm_specdec_exporter import logs
 from vllm_specdec_exporter.settings import build_settings
-from vllm_specdec_exporter.web import POLLERS, create_app, landing, start_site
+from vllm_specdec_exporter.web import PAGES, POLLERS, create_app, landing, start_site
 
 K = 8
 V1 = "vllm:spec_decode_num_"
@@ -82,13 +82,16 @@ async def measure(models: int, engines: int, polls: int, renders: int) -> dict[s
     # machine runs), then the wall time of GET / over loopback.
     request = make_mocked_request("GET", "/", app=app)
     cpu = []
+    # The page is built once per state (web.per_state): forget it before each render, which is what this measures.
     for _ in range(renders):
+        app[PAGES].clear()
         started = time.thread_time()
         await landing(request)
         cpu.append(time.thread_time() - started)
     times, size = [], 0
     async with aiohttp.ClientSession() as session:
         for _ in range(renders):
+            app[PAGES].clear()
             started = time.perf_counter()
             async with session.get(f"http://127.0.0.1:{port}/") as resp:
                 body = await resp.read()

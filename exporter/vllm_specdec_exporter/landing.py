@@ -181,7 +181,8 @@ def landing_page(
                 f"{_engine_table(mv, w)}</section>"
             )
     cut = f"<p>Charts drawn for the first {LANDING_CHARTS} models only; {undrawn} more have none.</p>" if undrawn else ""
-    # The page refreshes itself (every poll, no more often than every 5 s) and says when it was rendered.
+    # The page refreshes itself (every poll, no more often than every 5 s) and says when it was built:
+    # once per state (web.per_state), so a target backing off leaves it, and its time, as they were.
     refresh = max(5, math.ceil(settings.poll_interval))
     rendered = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     page = f"""<!doctype html>
@@ -193,7 +194,7 @@ figure.trend{{margin:.5em 0}}figcaption{{font-size:.85em;color:#444}}</style></h
 <body><h1>vllm-specdec-exporter {__version__}</h1>
 <p>Speculative-decoding acceptance of the vLLM servers below, polled every {settings.poll_interval:g} s.
 Windows: {esc(", ".join(w for w, _ in settings.windows))}.</p>
-<p class=rendered>Rendered {rendered}; this page refreshes itself every {refresh} s.</p>
+<p class=rendered>Built {rendered}, at the last poll or target going stale; this page refreshes itself every {refresh} s.</p>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/summary?window={esc(settings.health_window)}">/api/v1/summary</a>
 · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <h2>Targets</h2><table><tr><th>target</th><th>url</th><th>producer</th><th>state</th><th>last success</th><th>last error</th></tr>
