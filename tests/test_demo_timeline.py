@@ -269,7 +269,8 @@ def test_the_demo_timeline_at_speed_1(monkeypatch):
     # and after the restart no configuration change as the likely cause.
     for at, page in timeline.pages.items():
         assert '<meta http-equiv=refresh content=5>' in page
-        assert re.search(r"Rendered \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; this page refreshes itself every 5 s", page)
+        assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, at the last poll or target going stale; "
+                         r"this page refreshes itself every 5 s", page)
         assert "healthy from 1.953 = 1 + 0.75 x (baseline - 1)" in page
         if at >= 160:
             assert "configuration change" not in page, at

@@ -57,7 +57,7 @@ def position0(namespace: str, pod: str) -> str:
     """A pod's position 0 acceptance over the detection window (what the alert compares)."""
     sel = f'namespace="{namespace}",pod="{pod}"'
     return (f'max without(position) (namespace_pod_model_name:vllm_specdec_position_accepted_tokens:rate5m{{position="0",{sel}}})'
-            f" / on(namespace, pod, model_name) namespace_pod_model_name:vllm_specdec_drafts:rate5m{{{sel}}}")
+            f" / on(namespace, pod, model_name) namespace_pod_model_name:vllm_specdec_position_drafts:rate5m{{{sel}}}")
 
 
 def history(prom: Prom, since: float) -> dict[str, list]:
