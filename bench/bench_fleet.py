@@ -423,6 +423,8 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
             labels = {k: v for k, v in zip(keep, key, strict=True) if v}
             if op == "max" and metric == "num_speculative_tokens":
                 values = {None: float(K)}
+            elif op.startswith("rate") and metric == "position_drafts":  # the drafts, read with the positions
+                values = {None: r["drafts"]}
             elif per_position and op.startswith("rate"):
                 values = positions[key]
             elif per_position and op.startswith("ratio_rate") and metric == "position_acceptance_ratio":

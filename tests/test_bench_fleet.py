@@ -30,3 +30,10 @@ def test_every_recorded_series_read_over_a_range_has_a_history(variant: str, pay
     # The position-0 history of the model: the simulator's 0.9 at position 0 (capture_payloads).
     p0 = [v for name, labels, v, _ in history if name.endswith(":vllm_specdec_position0_acceptance_ratio:ratio_rate1h")]
     assert p0 and all(v == pytest.approx(0.9, abs=0.02) for v in p0), p0
+    # The drafts the positions are divided by (recorded with them) are the drafts, one series a server,
+    # not a series a position (the first model of it took them for positions: many-to-many in every ratio).
+    drafts = {(name.split(":")[0], labels.get("pod"), v) for name, labels, v, _ in history
+              if name.split(":")[1] == "vllm_specdec_drafts" and name.endswith(":rate5m") and "engine" not in labels}
+    read_with = [(name.split(":")[0], labels, v) for name, labels, v, _ in history if ":vllm_specdec_position_drafts:rate5m" in name]
+    assert read_with and all("position" not in labels for _, labels, _ in read_with), read_with
+    assert {(level, labels.get("pod"), v) for level, labels, v in read_with} <= drafts
