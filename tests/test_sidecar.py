@@ -386,7 +386,7 @@ def test_the_summary_is_built_once_per_state_not_per_request(monkeypatch):
 
     built = []
     real = exporter_web.summary_for
-    monkeypatch.setattr(exporter_web, "summary_for", lambda app, window: built.append(window) or real(app, window))
+    monkeypatch.setattr(exporter_web, "summary_for", lambda app, window, views: built.append(window) or real(app, window, views))
 
     def serve(t: float) -> bytes:
         return dump("m", 1000 + 100 * (t - T0), (0.9, 0.7), T0)

@@ -178,10 +178,9 @@ def fresh_views(app: web.Application) -> list[TargetView]:
     return [p.view for p in app[POLLERS] if is_fresh(p.view, now, settings.staleness)]
 
 
-def summary_for(app: web.Application, window: str) -> dict[str, Any]:
-    """The report JSON schema over one window, across fresh targets (what their views publish)."""
+def summary_for(app: web.Application, window: str, views: list[TargetView]) -> dict[str, Any]:
+    """The report JSON schema over one window, across the fresh targets' ``views``."""
     settings = app[SETTINGS]
-    views = fresh_views(app)
     several = len(settings.targets) > 1
     engines: dict[SeriesKey, Counters] = {}
     spans = []
@@ -234,16 +233,18 @@ async def summary(request: web.Request) -> web.Response:
         valid = ", ".join(w for w, _ in settings.windows)
         return web.json_response({"error": f"unknown window {window!r}; valid: {valid}"}, status=400)
     app = request.app
-    text = per_state(app, ("summary", window), lambda: json.dumps(summary_for(app, window)))
+    text = per_state(
+        app, ("summary", window), lambda views, fresh: json.dumps(summary_for(app, window, [v for v in views if v.name in fresh]))
+    )
     return web.Response(text=text, content_type="application/json")
 
 
 async def landing(request: web.Request) -> web.Response:
     app = request.app
 
-    def build() -> str:
+    def build(views: tuple[TargetView, ...], fresh: frozenset[str]) -> str:
         kept = app[CHARTS]  # the app's state is frozen once started: its dict is not
-        text, charts = landing_page(app[SETTINGS], [p.view for p in app[POLLERS]], {v.name for v in fresh_views(app)}, kept)
+        text, charts = landing_page(app[SETTINGS], list(views), set(fresh), kept)
         kept.clear()
         kept.update(charts)
         return text
@@ -251,14 +252,15 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=per_state(app, ("landing", ""), build), content_type="text/html")
 
 
-def per_state(app: web.Application, page: tuple[str, str], build: Callable[[], str]) -> str:
+def per_state(app: web.Application, page: tuple[str, str], build: Callable[[tuple[TargetView, ...], frozenset[str]], str]) -> str:
     """``page``'s body, built again only when a poll published a view (by identity: views are
-    immutable) or a target turned stale since the last build."""
+    immutable) or a target turned stale since the last build; built from that very state (the views,
+    the fresh targets' names), so the body and what it is cached under cannot disagree."""
     views = tuple(p.view for p in app[POLLERS])
     fresh = frozenset(v.name for v in fresh_views(app))
     cached = app[PAGES].get(page)
     if cached is None or cached[1] != fresh or any(a is not b for a, b in zip(cached[0], views, strict=True)):
-        cached = app[PAGES][page] = (views, fresh, build())
+        cached = app[PAGES][page] = (views, fresh, build(views, fresh))
     return cached[2]
 
 
