@@ -142,30 +142,26 @@ names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
 {{- end }}
 {{- include "vllm-specdec-exporter.container" (dict "Values" .chart.Values "Chart" .chart.Chart "vllm" (omit . "chart")) }}
 {{- else }}
-{{- /* serve refuses a flag given twice: one of the chart's own in extraArgs would crash-loop the pod */}}
-{{- $set := printf "--config.file= --web.listen-address= %s %s" (ternary "--web.config.file=" "" (not (empty .Values.webConfig.secretName))) (include "vllm-specdec-exporter.vllmArgs" .) }}
-{{- range .Values.extraArgs }}
-{{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
-{{- if and (hasPrefix "--" $flag) (contains (printf "%s=" $flag) $set) }}
+{{- /* The chart's own flags, once: the container's args, and what extraArgs may not repeat (serve
+refuses a flag given twice: one of them in extraArgs would crash-loop the pod). */}}
+{{- $own := list "--config.file=/etc/vllm-specdec-exporter/config.yaml" (printf "--web.listen-address=:%v" .Values.port) }}
+{{- if .Values.webConfig.secretName }}
+{{- $own = append $own (printf "--web.config.file=%s/%s" (include "vllm-specdec-exporter.webConfigDir" .) .Values.webConfig.key) }}
+{{- end }}
+{{- $own = concat $own (include "vllm-specdec-exporter.vllmArgs" . | fromYamlArray) }}
+{{- range $extra := .Values.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" (toString $extra) "" }}
+{{- range $own }}
+{{- if and (hasPrefix "--" $flag) (hasPrefix (printf "%s=" $flag) .) }}
 {{- fail (printf "extraArgs: %s is set by the chart (its values: port, webConfig, vllm): serve refuses a flag given twice" $flag) }}
+{{- end }}
 {{- end }}
 {{- end }}
 - name: vllm-specdec-exporter
   image: {{ include "vllm-specdec-exporter.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   args:
-    - serve
-    - --config.file=/etc/vllm-specdec-exporter/config.yaml
-    - --web.listen-address=:{{ .Values.port }}
-    {{- if .Values.webConfig.secretName }}
-    - --web.config.file={{ include "vllm-specdec-exporter.webConfigDir" . }}/{{ .Values.webConfig.key }}
-    {{- end }}
-    {{- with include "vllm-specdec-exporter.vllmArgs" . | trim }}
-    {{- . | nindent 4 }}
-    {{- end }}
-    {{- with .Values.extraArgs }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- toYaml (concat (list "serve") $own (.Values.extraArgs | default list)) | nindent 4 }}
   env:
     - name: PYTHONDONTWRITEBYTECODE
       value: "1"
