@@ -94,6 +94,34 @@ def test_sigterm_exits_cleanly_with_no_leaked_tasks():
     assert not any(r["level"] == "error" for r in lines + records)
 
 
+def test_a_url_flag_over_a_files_targets_is_logged(tmp_path):
+    """--vllm.url replaces the config file's targets: serve says so, naming how many, before it listens."""
+    path = tmp_path / "c.yaml"
+    path.write_text("targets: [{url: 'http://127.0.0.1:1/a', name: a}, {url: 'http://127.0.0.1:1/b', name: b}]\n")
+    proc = subprocess.Popen(
+        [cli_path(), "serve", "--config.file", str(path), "--vllm.url", "http://127.0.0.1:1/metrics",
+         "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    try:
+        records: list[dict] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(r["event"] == "listening" for r in records):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            records.append(json.loads(line))
+    finally:
+        proc.kill()
+        proc.communicate(timeout=15)
+    events = [r["event"] for r in records]
+    assert "listening" in events, records
+    (replaced,) = [r for r in records if r["event"] == "config_targets_replaced"]
+    assert replaced["level"] == "warning" and replaced["file_targets"] == 2 and replaced["by"] == "--vllm.url", replaced
+    (listening,) = [r for r in records if r["event"] == "listening"]
+    assert listening["targets"] == ["vllm"]
+
+
 def test_promtool_check_metrics_passes_on_the_output():
     promtool = shutil.which("promtool")
     require(promtool is not None, "promtool (Debian package prometheus)")

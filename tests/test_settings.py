@@ -281,6 +281,16 @@ def test_precedence_flags_then_env_then_file(tmp_path):
         load_settings({"urls": ["http://x:1/m"]}, {"VLLM_SPECDEC_EXPORTER_POLL_INTERVAL": "never"})
 
 
+def test_urls_given_by_flag_or_variable_count_the_file_targets_they_replace(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("targets: [{url: 'http://file:1/m', name: f}, {url: 'http://file:2/m', name: g}]\n")
+    assert load_settings({"config_file": str(path)}, {}).file_targets_replaced == 0
+    assert load_settings({"config_file": str(path), "urls": ["http://flag:1/m"]}, {}).file_targets_replaced == 2
+    env = {"VLLM_SPECDEC_EXPORTER_VLLM_URL": "http://env:1/m"}
+    assert load_settings({"config_file": str(path)}, env).file_targets_replaced == 2
+    assert load_settings({"urls": ["http://flag:1/m"]}, {}).file_targets_replaced == 0
+
+
 def test_the_documented_example_config_loads():
     from conftest import REPO
 

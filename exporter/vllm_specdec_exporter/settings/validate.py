@@ -29,9 +29,12 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     log = _mapping("log", data.get("log"), ("format", "level"))
     baselines = _mapping("baselines", data.get("baselines"), ("include_defaults", "profiles", "aliases"))
 
+    replaced = 0
     if "urls" in overrides:
         raw_targets: Any = _targets_from_urls("--vllm.url", overrides["urls"])
         target_key = "--vllm.url"
+        file_targets = data.get("targets")
+        replaced = len(file_targets) if isinstance(file_targets, list) else int(bool(file_targets))
     else:
         raw_targets, target_key = data.get("targets"), "targets"
     if not raw_targets or not isinstance(raw_targets, list):
@@ -133,4 +136,5 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
         web_config_file=_path("web.config.file", overrides.get("web_config_file", web_config.get("file"))),
+        file_targets_replaced=replaced,
     )

@@ -94,6 +94,8 @@ class Settings:
     # Served model name -> the name baseline profiles are matched against
     # (e.g. --served-model-name DSV4-W4A16-FP8-MTP -> deepseek-ai/DeepSeek-V4-Pro).
     profile_aliases: Mapping[str, str] = field(default_factory=dict)
+    # How many of the config file's targets --vllm.url replaced (serve says so in its log).
+    file_targets_replaced: int = 0
 
     @property
     def health_window(self) -> str:
