@@ -383,6 +383,32 @@ def test_accept_encoding_q_values_are_honoured(header, gzipped):
     asyncio.run(go())
 
 
+OM, TEXT = "application/openmetrics-text", "text/plain"
+
+
+@pytest.mark.parametrize("header, served", [
+    ("", TEXT), ("*/*", TEXT), ("application/json", TEXT),
+    # Prometheus 2.42's header: OpenMetrics first.
+    ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1", OM),
+    # q-values, which prometheus_client's choose_encoder ignores: refused, or preferred less than text.
+    ("application/openmetrics-text;version=1.0.0;q=0", TEXT), ("application/openmetrics-text; Q=0.0, */*", TEXT),
+    ("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1", TEXT),
+    ("text/plain;q=0.2, application/openmetrics-text;version=1.0.0;q=0.8", OM),
+    ("application/openmetrics-text;version=1.0.0;q=nan, text/plain", TEXT),
+])
+def test_the_metrics_format_honours_accept_q_values(header, served):
+    async def go():
+        clock = FakeClock()
+        stand = Stand(clock)
+        async with exporter(stand.handle, clock=clock) as (app, url, session, clock):
+            await poll_for(app, clock, 10)
+            async with session.get(url + "/metrics", headers={"Accept": header}) as resp:
+                assert resp.status == 200 and resp.headers["Content-Type"].startswith(served), resp.headers
+                assert (await resp.text()).endswith("# EOF\n") == (served == OM)
+    asyncio.run(go())
+
+
 def test_summary_drops_a_model_that_went_away_with_its_counters():
     async def go():
         clock = FakeClock()

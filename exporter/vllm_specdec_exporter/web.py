@@ -125,7 +125,7 @@ def metrics_handler(
     exposition = Exposition(registry)
 
     async def metrics(request: web.Request) -> web.Response:
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        encoder, content_type = choose_format(request.headers.get("Accept", ""))
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
         reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
@@ -145,21 +145,40 @@ def connection_counts(app: web.Application) -> tuple[int, int, int]:
     return sum(s.pool.evicted for s in sites), sum(s.timed_out for s in sites), app[REQUEST_LOG].refused
 
 
-def accepts_gzip(header: str) -> bool:
-    """RFC 9110: gzip (or *) listed with a q-value above 0; 'gzip;q=0' refuses it."""
-    q = {}
-    for item in header.lower().split(","):
+def _weighted(header: str) -> list[tuple[str, str, float]]:
+    """An Accept-style header's items: (name lower-cased, the item as sent, its q-value: 1 when
+    absent, 0 when unreadable)."""
+    items = []
+    for item in header.split(","):
         name, _, params = item.strip().partition(";")
         weight = 1.0
         for param in params.split(";"):
             key, _, value = param.strip().partition("=")
-            if key == "q":
+            if key.lower() == "q":
                 try:
                     weight = float(value)
                 except ValueError:
                     weight = 0.0
-        q[name.strip()] = weight
+        items.append((name.strip().lower(), item.strip(), weight))
+    return items
+
+
+def accepts_gzip(header: str) -> bool:
+    """RFC 9110: gzip (or *) listed with a q-value above 0; 'gzip;q=0' refuses it."""
+    q = {name: weight for name, _, weight in _weighted(header)}
     return q.get("gzip", q.get("*", 0.0)) > 0
+
+
+_SERVED_FORMATS = ("application/openmetrics-text", "text/plain", "text/*", "*/*")
+
+
+def choose_format(accept: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:
+    """prometheus_client's encoder for the client's most preferred format we serve (the first
+    of the highest q-value). choose_encoder alone reads the items in order and ignores q-values:
+    'application/openmetrics-text;q=0' got OpenMetrics, and text preferred at q=0.9 over
+    OpenMetrics at 0.5 did not get text."""
+    served = [(weight, item) for name, item, weight in _weighted(accept) if name in _SERVED_FORMATS and weight > 0]
+    return choose_encoder(max(served, key=lambda s: s[0], default=(0.0, ""))[1])
 
 
 async def healthz(request: web.Request) -> web.Response:
