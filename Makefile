@@ -65,7 +65,7 @@ demo: $(RUNTIME_STAMP)
 ## tests of the pure core (parser, adapters, derive, health and diagnosis, history, settings, rule
 ## generation) that start no process and are not marked long. `make test` runs them all and the rest.
 UNIT_TESTS := adapters capacity derive derive_fastpath diagnosis durations \
-  generators_options golden_metrics health layers metrics_registry parse_fastpath parse_speed parser \
+  formats generators_options golden_metrics health layers metrics_registry parse_fastpath parse_speed parser \
   properties registry rule_groups rules_text seed_data settings history
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -18,12 +18,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.exposition import choose_encoder
 
 from . import config
 from .collector import ConnectionCollector, Exposition, SpecDecodeCollector, WebConfigCollector, is_fresh
 from .derive import Stats
 from .diagnosis_state import together, window_verdict
+from .formats import accepts_gzip, choose
 from .health import Verdict
 from .landing import ChartKey, landing_page
 from .model import Counters, SeriesKey
@@ -125,7 +125,7 @@ def metrics_handler(
     exposition = Exposition(registry)
 
     async def metrics(request: web.Request) -> web.Response:
-        encoder, content_type = choose_format(request.headers.get("Accept", ""))
+        encoder, content_type = choose(request.headers.get("Accept", ""))
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
         reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
@@ -143,42 +143,6 @@ def connection_counts(app: web.Application) -> tuple[int, int, int]:
     """(evicted, timed out) client connections, over the app's listening sites, and requests refused as malformed."""
     sites = app[SITES]
     return sum(s.pool.evicted for s in sites), sum(s.timed_out for s in sites), app[REQUEST_LOG].refused
-
-
-def _weighted(header: str) -> list[tuple[str, str, float]]:
-    """An Accept-style header's items: (name lower-cased, the item as sent, its q-value: 1 when
-    absent, 0 when unreadable)."""
-    items = []
-    for item in header.split(","):
-        name, _, params = item.strip().partition(";")
-        weight = 1.0
-        for param in params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key.lower() == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
-        items.append((name.strip().lower(), item.strip(), weight))
-    return items
-
-
-def accepts_gzip(header: str) -> bool:
-    """RFC 9110: gzip (or *) listed with a q-value above 0; 'gzip;q=0' refuses it."""
-    q = {name: weight for name, _, weight in _weighted(header)}
-    return q.get("gzip", q.get("*", 0.0)) > 0
-
-
-_SERVED_FORMATS = ("application/openmetrics-text", "text/plain", "text/*", "*/*")
-
-
-def choose_format(accept: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:
-    """prometheus_client's encoder for the client's most preferred format we serve (the first
-    of the highest q-value). choose_encoder alone reads the items in order and ignores q-values:
-    'application/openmetrics-text;q=0' got OpenMetrics, and text preferred at q=0.9 over
-    OpenMetrics at 0.5 did not get text."""
-    served = [(weight, item) for name, item, weight in _weighted(accept) if name in _SERVED_FORMATS and weight > 0]
-    return choose_encoder(max(served, key=lambda s: s[0], default=(0.0, ""))[1])
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -1,0 +1,172 @@
+"""What /metrics is written in: the format and the encoding a client asks for (q-values
+honoured), and the two encoders.
+
+The encoders write byte for byte what prometheus_client writes (tests/test_formats.py checks
+them against it), in a fraction of its time: prometheus_client checks and escapes every label
+name of every sample, about 5 µs a sample, most of a DP=8 render (docs/performance.md). Here
+a name is checked once per render. A body this writer does not cover (a name outside
+[a-zA-Z_][a-zA-Z0-9_]* or starting "__", an escaping other than underscores or allow-utf-8, a timestamp, an
+exemplar, a native histogram) is left whole to prometheus_client."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import exposition as text_format
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as om_format
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+Encoder = Callable[[CollectorRegistry], bytes]
+_go_float: Callable[[float], str] = floatToGoString  # Go's float text, as both formats write values
+
+# Names the escapings covered leave as they are: the label-name charset, as prometheus_client
+# writes an OpenMetrics sample's name with the label-name runes (a colon becomes "_").
+_PLAIN_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_COVERED_ESCAPINGS = (om_format.UNDERSCORES, om_format.ALLOWUTF8)
+# The text format's names and types for OpenMetrics' types (prometheus_client's munging).
+_TEXT_TYPES = {
+    "counter": ("_total", "counter"),
+    "info": ("_info", "gauge"),
+    "stateset": ("", "gauge"),
+    "gaugehistogram": ("", "histogram"),
+    "unknown": ("", "untyped"),
+}
+_TEXT_LATE = ("_created", "_gsum", "_gcount")  # samples the text format puts in a gauge after the family
+
+
+def _weighted(header: str) -> list[tuple[str, str, float]]:
+    """An Accept-style header's items: (name lower-cased, the item as sent, its q-value: 1 when
+    absent, 0 when unreadable)."""
+    items = []
+    for item in header.split(","):
+        name, _, params = item.strip().partition(";")
+        weight = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.lower() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        items.append((name.strip().lower(), item.strip(), weight))
+    return items
+
+
+def accepts_gzip(header: str) -> bool:
+    """RFC 9110: gzip (or *) listed with a q-value above 0; 'gzip;q=0' refuses it."""
+    q = {name: weight for name, _, weight in _weighted(header)}
+    return q.get("gzip", q.get("*", 0.0)) > 0
+
+
+_SERVED_FORMATS = ("application/openmetrics-text", "text/plain", "text/*", "*/*")
+
+
+def choose(accept: str) -> tuple[Encoder, str]:
+    """The encoder and Content-Type for the client's most preferred format we serve (the first
+    of the highest q-value), as prometheus_client's choose_encoder picks them for that item.
+    choose_encoder alone reads the items in order and ignores q-values: 'application/
+    openmetrics-text;q=0' got OpenMetrics, and text preferred at q=0.9 over OpenMetrics at 0.5
+    did not get text."""
+    served = [(weight, item) for name, item, weight in _weighted(accept) if name in _SERVED_FORMATS and weight > 0]
+    chosen, content_type = text_format.choose_encoder(max(served, key=lambda s: s[0], default=(0.0, ""))[1])
+    kw = chosen.keywords if isinstance(chosen, functools.partial) else {}
+    is_om = isinstance(chosen, functools.partial) and chosen.func is om_format.generate_latest
+    return functools.partial(openmetrics if is_om else text, **kw), content_type
+
+
+class _Uncovered(Exception):
+    """A body this writer does not cover: prometheus_client writes it."""
+
+
+class _Collected(Collector):
+    """Families already collected, for prometheus_client's encoders (they collect themselves)."""
+
+    def __init__(self, families: list[Metric]):
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def _escaped(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+class _Lines:
+    """Sample lines, each name checked once a render."""
+
+    def __init__(self) -> None:
+        self._plain: set[str] = set()
+
+    def name(self, name: str) -> str:
+        if name not in self._plain:
+            if not _PLAIN_NAME.fullmatch(name) or name.startswith("__"):  # "__": reserved, quoted in allow-utf-8
+                raise _Uncovered
+            self._plain.add(name)
+        return name
+
+    def line(self, s: Sample) -> str:
+        if s.timestamp is not None or s.exemplar is not None or s.native_histogram is not None:
+            raise _Uncovered
+        if not s.labels:
+            return f"{self.name(s.name)} {_go_float(s.value)}\n"
+        if not self._plain.issuperset(s.labels):
+            for label in s.labels:
+                self.name(label)
+        labels = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(s.labels.items()))
+        return f"{self.name(s.name)}{{{labels}}} {_go_float(s.value)}\n"
+
+
+def text(registry: Collector, escaping: str = om_format.UNDERSCORES) -> bytes:
+    """prometheus_client.exposition.generate_latest's body."""
+    families = list(registry.collect())
+    if escaping not in _COVERED_ESCAPINGS:
+        return text_format.generate_latest(_Collected(families), escaping)
+    lines, out = _Lines(), []
+    try:
+        for m in families:
+            suffix, kind = _TEXT_TYPES.get(m.type, ("", m.type))
+            name, doc = lines.name(m.name + suffix), m.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+            late_names = {m.name + late: late for late in _TEXT_LATE}
+            late: dict[str, list[str]] = {}
+            for s in m.samples:
+                if s.name in late_names:
+                    late.setdefault(late_names[s.name], []).append(lines.line(s))
+                else:
+                    out.append(lines.line(s))
+            for suffix, written in sorted(late.items()):
+                name = lines.name(m.name + suffix)
+                out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+                out.extend(written)
+    except _Uncovered:
+        return text_format.generate_latest(_Collected(families), escaping)
+    return "".join(out).encode("utf-8")
+
+
+def openmetrics(registry: Collector, escaping: str = om_format.UNDERSCORES, version: str = "1.0.0") -> bytes:
+    """prometheus_client.openmetrics.exposition.generate_latest's body (no native histogram is
+    written here, so every version reads the same)."""
+    families = list(registry.collect())
+    if escaping not in _COVERED_ESCAPINGS:
+        return om_format.generate_latest(_Collected(families), escaping, version)  # type: ignore[no-untyped-call,no-any-return]
+    lines, out = _Lines(), []
+    try:
+        for m in families:
+            name = lines.name(m.name)
+            out.append(f"# HELP {name} {_escaped(m.documentation)}\n# TYPE {name} {m.type}\n")
+            if m.unit:
+                out.append(f"# UNIT {name} {m.unit}\n")
+            out.extend(lines.line(s) for s in m.samples)
+    except _Uncovered:
+        return om_format.generate_latest(_Collected(families), escaping, version)  # type: ignore[no-untyped-call,no-any-return]
+    out.append("# EOF\n")
+    return "".join(out).encode("utf-8")
