@@ -30,7 +30,8 @@ ESCAPINGS = (om_format.UNDERSCORES, om_format.ALLOWUTF8, om_format.VALUES, om_fo
 # Label values and help texts with what must be escaped, and what must not be.
 TEXT = st.text(alphabet=st.sampled_from([*'ab_\\"\n\t é{},=#', "\u202e", "\x00"]), max_size=12)
 # Mostly plain names; now and then one the writer leaves to prometheus_client.
-NAMES = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.sampled_from(["a:b", "x.y", "é"]))
+NAMES = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+                  st.sampled_from(["a:b", "x.y", "é", "__x", "1a", "_"]))
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**70), 2**70),
                    st.sampled_from([0.0, -0.0, 1e21, 1234567.0, 123456789.5, 1e-7]))
 
@@ -89,6 +90,13 @@ def family(draw):
         f = UnknownMetricFamily(name, doc, labels=labels)
         for values, v in rows:
             f.add_metric(values, v)
+    return shuffled(draw, f)
+
+
+def shuffled(draw, f):
+    """The family with its samples in any order: a collector need not add them as the
+    library's constructors do (the text format moves _created, _gsum and _gcount after)."""
+    f.samples = draw(st.permutations(f.samples))
     return f
 
 
@@ -171,6 +179,17 @@ def test_the_exporters_own_families_are_written_as_the_library_writes_them():
     ("application/openmetrics-text;version=1.0.0;q=0", ""),  # refused: the default, text
     ("text/plain;version=1.0.0;escaping=allow-utf-8", "text/plain;version=1.0.0;escaping=allow-utf-8"),
     ("application/openmetrics-text;version=1.0.0;escaping=dots", "application/openmetrics-text;version=1.0.0;escaping=dots"),
+    # An unreadable version is left out (choose_encoder raised on it: a 500), not the item after it.
+    ("text/plain;version=1.0.0;q=0.1, application/openmetrics-text;version=abc", "text/plain;version=1.0.0"),
+    ("application/openmetrics-text;version=1..0", ""),
+    # Media types are case-insensitive; an item choose_encoder does not honour passes to the next.
+    ("APPLICATION/OpenMetrics-Text;version=1.0.0, text/plain;q=0.5", "application/openmetrics-text;version=1.0.0"),
+    ("application/openmetrics-text;version=0.0.1, text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5",
+     "text/plain;version=1.0.0;escaping=allow-utf-8"),
+    # q-values outside 0..1, unreadable or spaced.
+    ("application/openmetrics-text;version=1.0.0;q=1e400", ""), ("application/openmetrics-text;version=1.0.0;q=1_0", ""),
+    ("application/openmetrics-text;version=1.0.0; q = 0", ""), ("application/openmetrics-text;version=1.0.0;q=-1", ""),
+    ("text/plain;q=0.3, application/openmetrics-text;version=1.0.0;q=0.300", "text/plain"),
 ])
 def test_choose_gives_this_modules_encoders_with_the_librarys_arguments(header, library_header):
     """The item chosen, encoded as prometheus_client's choose_encoder encodes it alone."""

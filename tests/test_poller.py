@@ -396,6 +396,8 @@ OM, TEXT = "application/openmetrics-text", "text/plain"
     ("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1", TEXT),
     ("text/plain;q=0.2, application/openmetrics-text;version=1.0.0;q=0.8", OM),
     ("application/openmetrics-text;version=1.0.0;q=nan, text/plain", TEXT),
+    # A version that is not numbers raised out of prometheus_client's choose_encoder: a 500.
+    ("application/openmetrics-text;version=abc", TEXT), ("application/openmetrics-text;version=x, */*;q=0.1", TEXT),
 ])
 def test_the_metrics_format_honours_accept_q_values(header, served):
     async def go():

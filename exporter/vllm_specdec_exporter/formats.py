@@ -6,7 +6,7 @@ them against it), in a fraction of its time: prometheus_client checks and escape
 name of every sample, about 5 µs a sample, most of a DP=8 render (docs/performance.md). Here
 a name is checked once per render. A body this writer does not cover (a name outside
 [a-zA-Z_][a-zA-Z0-9_]* or starting "__", an escaping other than underscores or allow-utf-8, a timestamp, an
-exemplar, a native histogram) is left whole to prometheus_client."""
+exemplar, a native histogram, no value) is left whole to prometheus_client."""
 
 from __future__ import annotations
 
@@ -41,20 +41,21 @@ _TEXT_LATE = ("_created", "_gsum", "_gcount")  # samples the text format puts in
 
 
 def _weighted(header: str) -> list[tuple[str, str, float]]:
-    """An Accept-style header's items: (name lower-cased, the item as sent, its q-value: 1 when
-    absent, 0 when unreadable)."""
+    """An Accept-style header's items: (name lower-cased, its parameters as sent, its q-value:
+    1 when absent, 0 when not a number from 0 to 1)."""
     items = []
     for item in header.split(","):
         name, _, params = item.strip().partition(";")
         weight = 1.0
         for param in params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key.lower() == "q":
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
                 try:
-                    weight = float(value)
+                    weight = float(value.strip())
                 except ValueError:
                     weight = 0.0
-        items.append((name.strip().lower(), item.strip(), weight))
+                weight = weight if 0.0 <= weight <= 1.0 else 0.0  # nan, inf and 1_0 (float reads 10) too
+        items.append((name.strip().lower(), params.strip(), weight))
     return items
 
 
@@ -68,13 +69,28 @@ _SERVED_FORMATS = ("application/openmetrics-text", "text/plain", "text/*", "*/*"
 
 
 def choose(accept: str) -> tuple[Encoder, str]:
-    """The encoder and Content-Type for the client's most preferred format we serve (the first
-    of the highest q-value), as prometheus_client's choose_encoder picks them for that item.
-    choose_encoder alone reads the items in order and ignores q-values: 'application/
-    openmetrics-text;q=0' got OpenMetrics, and text preferred at q=0.9 over OpenMetrics at 0.5
-    did not get text."""
-    served = [(weight, item) for name, item, weight in _weighted(accept) if name in _SERVED_FORMATS and weight > 0]
-    chosen, content_type = text_format.choose_encoder(max(served, key=lambda s: s[0], default=(0.0, ""))[1])
+    """The encoder and Content-Type for the first format we serve in the client's order of
+    preference (highest q-value first, ties as sent; media types lower-cased), as
+    prometheus_client's choose_encoder reads that item alone; an OpenMetrics item it does not
+    honour (version 0.0.1) or cannot read ('version=abc') passes to the next. choose_encoder
+    alone reads the items as sent and ignores q-values ('application/openmetrics-text;q=0' got
+    OpenMetrics), and an unreadable version raised out of the handler: a 500."""
+    ranked = sorted(
+        ((weight, f"{name};{params}" if params else name) for name, params, weight in _weighted(accept)),
+        key=lambda ranked_item: -ranked_item[0],
+    )
+    chosen, content_type = text_format.choose_encoder("")  # the text format, when nothing else is
+    for weight, item in ranked:
+        kind = item.split(";", 1)[0]
+        if weight <= 0 or kind not in _SERVED_FORMATS:
+            continue
+        try:
+            encoder, got_type = text_format.choose_encoder(item)
+        except (TypeError, ValueError):  # a version that is not numbers, compared with a tuple of ints
+            continue
+        if kind != "application/openmetrics-text" or got_type != content_type:
+            chosen, content_type = encoder, got_type
+            break
     kw = chosen.keywords if isinstance(chosen, functools.partial) else {}
     is_om = isinstance(chosen, functools.partial) and chosen.func is om_format.generate_latest
     return functools.partial(openmetrics if is_om else text, **kw), content_type
@@ -114,15 +130,16 @@ class _Lines:
         return name
 
     def line(self, s: Sample) -> str:
-        if s.timestamp is not None or s.exemplar is not None or s.native_histogram is not None:
+        if s.value is None or s.timestamp is not None or s.exemplar is not None or s.native_histogram is not None:
             raise _Uncovered
+        value = _go_float(s.value)
         if not s.labels:
-            return f"{self.name(s.name)} {_go_float(s.value)}\n"
+            return f"{self.name(s.name)} {value}\n"
         if not self._plain.issuperset(s.labels):
             for label in s.labels:
                 self.name(label)
         labels = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(s.labels.items()))
-        return f"{self.name(s.name)}{{{labels}}} {_go_float(s.value)}\n"
+        return f"{self.name(s.name)}{{{labels}}} {value}\n"
 
 
 def text(registry: Collector, escaping: str = om_format.UNDERSCORES) -> bytes:
