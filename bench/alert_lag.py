@@ -24,11 +24,14 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from vllm_specdec_exporter.generators.rules import ALERT_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).parent / "vllm-specdec-exporter"
 BREAK_AT = 360
-WATCHED = ("VLLMSpecDecodeFirstPositionAcceptanceLow", "VLLMSpecDecodeDraftChainBroken")
+# The two warnings, named by the registry (the one place alert names are written).
+FIRST, CHAIN = (next(n for n in ALERT_NAMES if n.endswith(short)) for short in ("FirstPositionAcceptanceLow", "DraftChainBroken"))
+WATCHED = (FIRST, CHAIN)
 SCENARIOS = {  # pod label -> the position that breaks and to what
     "partial": [0.38, 0.0098],
     "chain": [0.938, 0.0205],
@@ -111,7 +114,7 @@ def main() -> int:
                         print(f"# {variant:8} {key[1]} ({key[2]}) {key[3]} at {seen[key]:+.0f} s", flush=True)
             time.sleep(10)
         for alert in WATCHED:
-            pod = "partial" if "FirstPosition" in alert else "chain"
+            pod = "partial" if alert == FIRST else "chain"
             for variant in variants:
                 at = seen.get((variant, alert, pod, "firing"))
                 print(
