@@ -129,47 +129,26 @@ def test_the_bodies_that_need_escaping_or_fall_back_are_the_librarys():
 
 
 def test_the_exporters_own_families_are_written_as_the_library_writes_them():
-    """The families serve exports (the spec-decode collector after two polls of the golden
-    file's input, and the process, platform and GC collectors), collected once, in both formats."""
-    from aiohttp import web
+    """The families serve exports (the spec-decode collector over a minute of the simulator's
+    bad-engine scenario, 8 engines, and the process, platform and GC collectors), collected
+    once, in both formats."""
     from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
-    from sidecar_harness import FakeClock, start
-    from test_golden_metrics import INPUT
+    from sidecar_harness import harness, run
     from vllm_specdec_exporter.collector import SpecDecodeCollector
-    from vllm_specdec_exporter.settings import build_settings
-    from vllm_specdec_exporter.web import POLLERS, create_app
+    from vllm_specdec_exporter.web import SETTINGS
 
     async def go():
-        bodies = [(INPUT / "before.prom").read_bytes(), (INPUT / "after.prom").read_bytes()]
-
-        async def handle(request):
-            return web.Response(body=bodies.pop(0) if len(bodies) > 1 else bodies[0], content_type="text/plain")
-
-        vllm = web.Application()
-        vllm.router.add_get("/metrics", handle)
-        runner, url = await start(vllm)
-        clock = FakeClock()
-        given = build_settings({"poll": {"interval": "60s"}}, {"urls": [f"{url}/metrics"], "listen_address": "127.0.0.1:0"})
-        app = create_app(given, mono=clock, start_polling=False)
-        app_runner, _ = await start(app)
-        try:
-            for _ in range(2):
-                assert await app[POLLERS][0].poll_once() == "success"
-                clock.t += 60
+        async with harness("bad-engine") as h:
+            await h.run_for(90)
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(SpecDecodeCollector(lambda: [p.view for p in app[POLLERS]], given, clock))
+            registry.register(SpecDecodeCollector(lambda: [p.view for p in h.pollers], h.app[SETTINGS], h.clock))
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
             return list(registry.collect())
-        finally:
-            await app_runner.cleanup()
-            await runner.cleanup()
 
-    import asyncio
-
-    families = asyncio.run(go())
-    assert sum(len(f.samples) for f in families if f.name.startswith("vllm_specdec_")) > 100
+    families = run(go())
+    assert sum(len(f.samples) for f in families if f.name.startswith("vllm_specdec_")) > 200
     same_as_the_library(families)
 
 

@@ -372,15 +372,19 @@ def test_a_payload_that_is_not_utf8_is_not_prometheus_text(body):
 @pytest.mark.parametrize("header, gzipped", [("gzip", True), ("gzip;q=0", False), ("gzip; q=0.0, identity", False),
                                              ("identity, *;q=0.5", True), ("br", False), ("*;q=0, gzip;q=0.1", True)])
 def test_accept_encoding_q_values_are_honoured(header, gzipped):
-    async def go():
-        clock = FakeClock()
-        stand = Stand(clock)
-        async with exporter(stand.handle, clock=clock) as (app, url, session, clock):
-            await poll_for(app, clock, 10)
-            async with session.get(url + "/metrics", headers={"Accept-Encoding": header}, auto_decompress=False) as resp:
-                assert resp.status == 200
-                assert (resp.headers.get("Content-Encoding") == "gzip") == gzipped
-    asyncio.run(go())
+    status, headers, _ = asyncio.run(metrics_with({"Accept-Encoding": header}))
+    assert status == 200
+    assert (headers.get("Content-Encoding") == "gzip") == gzipped
+
+
+async def metrics_with(headers: dict) -> tuple[int, dict, bytes]:
+    """/metrics with these request headers, after 10 s of polls of a stand-in (the body as sent)."""
+    clock = FakeClock()
+    stand = Stand(clock)
+    async with exporter(stand.handle, clock=clock) as (app, url, session, clock):
+        await poll_for(app, clock, 10)
+        async with session.get(url + "/metrics", headers=headers, auto_decompress=False) as resp:
+            return resp.status, dict(resp.headers), await resp.read()
 
 
 OM, TEXT = "application/openmetrics-text", "text/plain"
@@ -400,15 +404,9 @@ OM, TEXT = "application/openmetrics-text", "text/plain"
     ("application/openmetrics-text;version=abc", TEXT), ("application/openmetrics-text;version=x, */*;q=0.1", TEXT),
 ])
 def test_the_metrics_format_honours_accept_q_values(header, served):
-    async def go():
-        clock = FakeClock()
-        stand = Stand(clock)
-        async with exporter(stand.handle, clock=clock) as (app, url, session, clock):
-            await poll_for(app, clock, 10)
-            async with session.get(url + "/metrics", headers={"Accept": header}) as resp:
-                assert resp.status == 200 and resp.headers["Content-Type"].startswith(served), resp.headers
-                assert (await resp.text()).endswith("# EOF\n") == (served == OM)
-    asyncio.run(go())
+    status, headers, body = asyncio.run(metrics_with({"Accept": header, "Accept-Encoding": "identity"}))
+    assert status == 200 and headers["Content-Type"].startswith(served), headers
+    assert body.endswith(b"# EOF\n") == (served == OM)
 
 
 def test_summary_drops_a_model_that_went_away_with_its_counters():
