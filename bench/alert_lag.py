@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +53,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="alert-lag-"))
     rules = (REPO / "alerts" / "rules-vllm-direct.yaml").read_text()
     variants = {"shipped": rules, "all_30s": "".join(line for line in rules.splitlines(True) if line != "  interval: 3m\n")}
+    assert rules.count("  interval: 3m\n") == 2, "the vLLM-direct rules' two 3-minute groups are not where this expects"
     procs, targets = [], []
     try:
         for pod, broken in SCENARIOS.items():
@@ -125,9 +127,14 @@ def main() -> int:
         for p in procs:
             p.terminate()
         for p in procs:
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through main's finally: no server left behind
     sys.exit(main())

@@ -180,3 +180,14 @@ def test_choose_gives_this_modules_encoders_with_the_librarys_arguments(header, 
     g.add_metric(["x.y"], 1.0)
     registry.register(Families([g]))
     assert encoder(registry) == library(registry)
+
+
+def test_an_encoder_this_module_does_not_write_is_the_librarys_own(monkeypatch):
+    """A later prometheus_client's new format (say protobuf) is served by its own encoder under
+    its own Content-Type, not as this module's text under that type."""
+    def protobuf(registry):
+        return b"\x08\x01"
+
+    monkeypatch.setattr(text_format, "choose_encoder", lambda accept: (protobuf, "application/vnd.google.protobuf"))
+    encoder, content_type = formats.choose("application/openmetrics-text;version=1.0.0")
+    assert encoder is protobuf and content_type == "application/vnd.google.protobuf"

@@ -91,9 +91,10 @@ def choose(accept: str) -> tuple[Encoder, str]:
         if kind != "application/openmetrics-text" or got_type != content_type:
             chosen, content_type = encoder, got_type
             break
-    kw = chosen.keywords if isinstance(chosen, functools.partial) else {}
-    is_om = isinstance(chosen, functools.partial) and chosen.func is om_format.generate_latest
-    return functools.partial(openmetrics if is_om else text, **kw), content_type
+    func, kw = (chosen.func, chosen.keywords) if isinstance(chosen, functools.partial) else (chosen, {})
+    ours = _OURS.get(func)
+    # An encoder this module does not write (a later prometheus_client's new format): the library's own.
+    return (functools.partial(ours, **kw), content_type) if ours else (chosen, content_type)
 
 
 class _Uncovered(Exception):
@@ -187,3 +188,6 @@ def openmetrics(registry: Collector, escaping: str = om_format.UNDERSCORES, vers
         return om_format.generate_latest(_Collected(families), escaping, version)  # type: ignore[no-untyped-call,no-any-return]
     out.append("# EOF\n")
     return "".join(out).encode("utf-8")
+
+
+_OURS: dict[object, Callable[..., bytes]] = {text_format.generate_latest: text, om_format.generate_latest: openmetrics}
