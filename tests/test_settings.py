@@ -285,9 +285,12 @@ def test_urls_given_by_flag_or_variable_count_the_file_targets_they_replace(tmp_
     path = tmp_path / "c.yaml"
     path.write_text("targets: [{url: 'http://file:1/m', name: f}, {url: 'http://file:2/m', name: g}]\n")
     assert load_settings({"config_file": str(path)}, {}).file_targets_replaced == 0
-    assert load_settings({"config_file": str(path), "urls": ["http://flag:1/m"]}, {}).file_targets_replaced == 2
+    by_flag = load_settings({"config_file": str(path), "urls": ["http://flag:1/m"]}, {})
+    assert (by_flag.file_targets_replaced, by_flag.file_targets_replaced_by) == (2, "--vllm.url")
     env = {"VLLM_SPECDEC_EXPORTER_VLLM_URL": "http://env:1/m"}
-    assert load_settings({"config_file": str(path)}, env).file_targets_replaced == 2
+    by_env = load_settings({"config_file": str(path)}, env)
+    assert (by_env.file_targets_replaced, by_env.file_targets_replaced_by) == (2, "VLLM_SPECDEC_EXPORTER_VLLM_URL")
+    assert load_settings({"config_file": str(path), "urls": ["http://flag:1/m"]}, env).file_targets_replaced_by == "--vllm.url"
     assert load_settings({"urls": ["http://flag:1/m"]}, {}).file_targets_replaced == 0
 
 

@@ -287,7 +287,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     _, port = await start_site(runner, settings.listen_host or None, settings.listen_port, web_config, limits)
     current = web_config.current() if web_config else None
     if settings.file_targets_replaced:
-        log.warning("config_targets_replaced", by="--vllm.url", file_targets=settings.file_targets_replaced)
+        log.warning("config_targets_replaced", by=settings.file_targets_replaced_by, file_targets=settings.file_targets_replaced)
     log.info(
         "listening",
         address=f"{settings.listen_host or '0.0.0.0'}:{port}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -64,7 +65,11 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ)
     overrides = pick_overrides(flags, env)
     try:
         file_data = load_file(overrides["config_file"]) if "config_file" in overrides else {}
-        return build_settings(file_data, overrides)
+        settings = build_settings(file_data, overrides)
+        urls = next(f for f in FLAGS if f.dest == "urls")
+        if settings.file_targets_replaced and flags.get(urls.dest) in (None, []):
+            return replace(settings, file_targets_replaced_by=urls.env)
+        return settings
     except ConfigError as e:
         # A value from VLLM_SPECDEC_EXPORTER_<NAME> is named by that variable, not by a flag never given.
         flag = next((f for f in FLAGS if e.key.split("[", 1)[0] == f.flag and flags.get(f.dest) in (None, [])), None)

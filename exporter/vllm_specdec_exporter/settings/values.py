@@ -94,8 +94,10 @@ class Settings:
     # Served model name -> the name baseline profiles are matched against
     # (e.g. --served-model-name DSV4-W4A16-FP8-MTP -> deepseek-ai/DeepSeek-V4-Pro).
     profile_aliases: Mapping[str, str] = field(default_factory=dict)
-    # How many of the config file's targets --vllm.url replaced (serve says so in its log).
+    # How many of the config file's targets --vllm.url (or its variable, then named here) replaced:
+    # serve says so in its log.
     file_targets_replaced: int = 0
+    file_targets_replaced_by: str = "--vllm.url"
 
     @property
     def health_window(self) -> str:
