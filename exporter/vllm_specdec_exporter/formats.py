@@ -146,46 +146,54 @@ class _Lines:
 def text(registry: Collector, escaping: str = om_format.UNDERSCORES) -> bytes:
     """prometheus_client.exposition.generate_latest's body."""
     families = list(registry.collect())
-    if escaping not in _COVERED_ESCAPINGS:
-        return text_format.generate_latest(_Collected(families), escaping)
-    lines, out = _Lines(), []
     try:
-        for m in families:
-            suffix, kind = _TEXT_TYPES.get(m.type, ("", m.type))
-            name, doc = lines.name(m.name + suffix), m.documentation.replace("\\", r"\\").replace("\n", r"\n")
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-            late_names = {m.name + late: late for late in _TEXT_LATE}
-            late: dict[str, list[str]] = {}
-            for s in m.samples:
-                if s.name in late_names:
-                    late.setdefault(late_names[s.name], []).append(lines.line(s))
-                else:
-                    out.append(lines.line(s))
-            for suffix, written in sorted(late.items()):
-                name = lines.name(m.name + suffix)
-                out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
-                out.extend(written)
+        return _text(families, escaping)
     except _Uncovered:
         return text_format.generate_latest(_Collected(families), escaping)
-    return "".join(out).encode("utf-8")
 
 
 def openmetrics(registry: Collector, escaping: str = om_format.UNDERSCORES, version: str = "1.0.0") -> bytes:
     """prometheus_client.openmetrics.exposition.generate_latest's body (no native histogram is
     written here, so every version reads the same)."""
     families = list(registry.collect())
-    if escaping not in _COVERED_ESCAPINGS:
-        return om_format.generate_latest(_Collected(families), escaping, version)  # type: ignore[no-untyped-call,no-any-return]
-    lines, out = _Lines(), []
     try:
-        for m in families:
-            name = lines.name(m.name)
-            out.append(f"# HELP {name} {_escaped(m.documentation)}\n# TYPE {name} {m.type}\n")
-            if m.unit:
-                out.append(f"# UNIT {name} {m.unit}\n")
-            out.extend(lines.line(s) for s in m.samples)
+        return _openmetrics(families, escaping)
     except _Uncovered:
         return om_format.generate_latest(_Collected(families), escaping, version)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _text(families: list[Metric], escaping: str) -> bytes:
+    if escaping not in _COVERED_ESCAPINGS:
+        raise _Uncovered
+    lines, out = _Lines(), []
+    for m in families:
+        suffix, kind = _TEXT_TYPES.get(m.type, ("", m.type))
+        name, doc = lines.name(m.name + suffix), m.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        late_names = {m.name + late: late for late in _TEXT_LATE}
+        late: dict[str, list[str]] = {}
+        for s in m.samples:
+            if s.name in late_names:
+                late.setdefault(late_names[s.name], []).append(lines.line(s))
+            else:
+                out.append(lines.line(s))
+        for suffix, written in sorted(late.items()):
+            name = lines.name(m.name + suffix)
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+            out.extend(written)
+    return "".join(out).encode("utf-8")
+
+
+def _openmetrics(families: list[Metric], escaping: str) -> bytes:
+    if escaping not in _COVERED_ESCAPINGS:
+        raise _Uncovered
+    lines, out = _Lines(), []
+    for m in families:
+        name = lines.name(m.name)
+        out.append(f"# HELP {name} {_escaped(m.documentation)}\n# TYPE {name} {m.type}\n")
+        if m.unit:
+            out.append(f"# UNIT {name} {m.unit}\n")
+        out.extend(lines.line(s) for s in m.samples)
     out.append("# EOF\n")
     return "".join(out).encode("utf-8")
 
