@@ -13,8 +13,18 @@ import promtool_cases
 import pytest
 import yaml
 from conftest import PROMTOOL_SUITES, REPO
-from prom_harness import COLLAPSE_AT, COLLAPSE_MODEL, DEAD_RANK_AT, DEAD_RANK_MODEL, HEALTHY_AL, Stack, tool, wait_for
-from vllm_specdec_exporter import config
+from prom_harness import (
+    COLLAPSE_AT,
+    COLLAPSE_MODEL,
+    DEAD_RANK_AT,
+    DEAD_RANK_MODEL,
+    E2E_OPTIONS,
+    HEALTHY_AL,
+    Stack,
+    tool,
+    wait_for,
+)
+from vllm_specdec_exporter import config, durations
 from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.health import judge, match_profile
 from vllm_specdec_exporter.model import Counters
@@ -263,9 +273,12 @@ def check_collapse(st: Stack, direct: bool) -> None:
                 assert by_rule[t] == pytest.approx(by_gauge[t], rel=0.02), (rule, t, by_rule[t], by_gauge[t])
         # No ratio per server but those an alert reads: position 1's from the recorded rates, over the
         # drafts recorded with them (divided by the drafts of the 30 s group it read 0.45-0.63).
+        # From one full window after the first data: the first samples' window holds a few drafts
+        # (12 of 17 is 0.706, 2.7 % off; one fresh-clone run in eight read it).
+        full = start + durations.parse_duration(E2E_OPTIONS.range("5m"))
         pos = prom.series(f'{SERVER}position_accepted_tokens:rate5m{{position="1",{PRO}}}'
-                          f" / ignoring(position) {SERVER}position_drafts:rate5m{{{PRO}}}", start, end)
-        assert pos and all(v == pytest.approx(0.687, rel=0.02) for v in pos.values()), pos
+                          f" / ignoring(position) {SERVER}position_drafts:rate5m{{{PRO}}}", full, end)
+        assert len(pos) >= 3 and all(v == pytest.approx(0.687, rel=0.02) for v in pos.values()), pos
     # (the server beside it has its own dead rank: test_e2e_one_dead_rank_pages_engine_collapsed)
     healthy_alerts = prom.query_range(f'ALERTS{{alertname=~"VLLMSpecDecode.*",model_name!="{DEAD_RANK_MODEL}"}}',
                                       start, end, 1)
