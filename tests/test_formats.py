@@ -169,6 +169,10 @@ def test_the_exporters_own_families_are_written_as_the_library_writes_them():
     ("application/openmetrics-text;version=1.0.0;q=1e400", ""), ("application/openmetrics-text;version=1.0.0;q=1_0", ""),
     ("application/openmetrics-text;version=1.0.0; q = 0", ""), ("application/openmetrics-text;version=1.0.0;q=-1", ""),
     ("text/plain;q=0.3, application/openmetrics-text;version=1.0.0;q=0.300", "text/plain"),
+    # The most specific item wins (RFC 9110): text refused, */* is OpenMetrics; text/* is nothing left.
+    ("*/*, text/plain;q=0", "application/openmetrics-text"), ("text/plain;q=0, */*;q=0.1", "application/openmetrics-text"),
+    ("text/*;q=0.9, text/plain;q=0, application/openmetrics-text;version=1.0.0;q=0.5", "application/openmetrics-text;version=1.0.0"),
+    ("*/*", ""), ("text/*", ""),
 ])
 def test_choose_gives_this_modules_encoders_with_the_librarys_arguments(header, library_header):
     """The item chosen, encoded as prometheus_client's choose_encoder encodes it alone."""
