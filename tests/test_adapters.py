@@ -224,6 +224,23 @@ def test_trtllm_position_series_created_on_first_acceptance():
     assert (c.drafts, c.draft_tokens, c.accepted, c.per_position) == (10, 18, 6, (6, 0))
 
 
+@pytest.mark.parametrize("name, label", [("trtllm_spec_decode_drafted_tokens_total", "token_position"),
+                                         ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")])
+def test_positions_beyond_the_largest_k_are_refused_whatever_the_producer(name, label):
+    """MAX_K bounds the positions held per engine for every producer (TRT-LLM's were read up to 9999)."""
+    k = config.MAX_K + 6
+    if name.startswith("vllm"):
+        text = "".join(f'vllm:spec_decode_num_{n}_total{{model_name="m",engine="0"}} {v}\n'
+                       for n, v in (("drafts", 100), ("draft_tokens", 100 * k), ("accepted_tokens", 100 * k)))
+    else:
+        text = "".join(f'trtllm_spec_decode_accepted_tokens_total{{model_name="m",token_position="{p}"}} 100\n' for p in range(k))
+    text += "".join(f'{name}{{model_name="m",engine="0",{label}="{p}"}} 100\n' for p in range(k))
+    snap = extract(text)
+    assert len(snap.engines[("m", "0")].per_position) == config.MAX_K
+    beyond = [w for w in snap.warnings if f"is beyond the largest k={config.MAX_K}" in w]
+    assert len(beyond) == k - config.MAX_K + (0 if name.startswith("vllm") else k - config.MAX_K), snap.warnings
+
+
 # --- SGLang: approximate figures only, marked as such ---
 
 def test_sglang_dp2_approximate_figures():

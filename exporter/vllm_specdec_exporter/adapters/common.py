@@ -4,7 +4,7 @@ identity from labels, and the frame of the adapters that read their own families
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .. import config
 from ..model import SeriesKey
@@ -41,6 +41,32 @@ def bounded(sample: Sample, key: SeriesKey, warnings: list[str], impossible: lis
         warnings.append(f"{short(sample)} has a label value over {config.MAX_LABEL_VALUE_LENGTH} characters; ignored")
         return False
     return True
+
+
+def positions(
+    samples: Iterable[Sample], label: str, key: Callable[[Sample], SeriesKey], warnings: list[str], impossible: list[str]
+) -> dict[SeriesKey, dict[int, float]]:
+    """Per engine (``key``), each draft position's value: the position ``label`` an integer
+    below MAX_K, the one limit on k whatever the producer, so positions per engine stay bounded."""
+    out: dict[SeriesKey, dict[int, float]] = {}
+    for s in samples:
+        raw = s.labels.get(label, "")
+        # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
+            warnings.append(f"{short(s)} has no integer {label} label; ignored")
+            continue
+        if int(raw) >= config.MAX_K:
+            warnings.append(f"{short(s)}: {label} {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
+            continue
+        k = key(s)
+        if not bounded(s, k, warnings, impossible):
+            continue
+        per = out.setdefault(k, {})
+        if int(raw) in per:
+            warnings.append(f"{short(s)} repeats a position; first value kept")
+            continue
+        per[int(raw)] = s.value
+    return out
 
 
 def engine_id(labels: Mapping[str, str], identity: Iterable[str] = (), engine: str | None = config.LABEL_ENGINE) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample
-from .common import LabelledAdapter, bounded, short
+from .common import LabelledAdapter, bounded, positions, short
 
 DRAFTED = "trtllm_spec_decode_drafted_tokens_total"
 ACCEPTED = "trtllm_spec_decode_accepted_tokens_total"
@@ -54,25 +54,6 @@ class TrtllmAdapter(LabelledAdapter):
             out[key] = s.value
         return out
 
-    def _positions(
-        self, samples: Iterable[Sample], warnings: list[str], impossible: list[str]
-    ) -> dict[SeriesKey, dict[int, float]]:
-        out: dict[SeriesKey, dict[int, float]] = {}
-        for s in samples:
-            raw = s.labels.get(LABEL_POSITION, "")
-            if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
-                warnings.append(f"{short(s)} has no small integer {LABEL_POSITION}; ignored")
-                continue
-            key = self._key(s)
-            if not bounded(s, key, warnings, impossible):
-                continue
-            per = out.setdefault(key, {})
-            if int(raw) in per:
-                warnings.append(f"{short(s)} repeats a position; first value kept")
-                continue
-            per[int(raw)] = s.value
-        return out
-
     def generation_tokens(self, exp: Exposition) -> dict[SeriesKey, float]:
         return self._per_key(exp.samples.get(GENERATION, ()), [])
 
@@ -81,8 +62,8 @@ class TrtllmAdapter(LabelledAdapter):
             return None
         warnings: list[str] = []
         impossible: list[str] = []  # values no counter can hold: invariant violations
-        drafted = self._positions(exp.samples.get(DRAFTED, ()), warnings, impossible)
-        accepted = self._positions(exp.samples.get(ACCEPTED, ()), warnings, impossible)
+        drafted = positions(exp.samples.get(DRAFTED, ()), LABEL_POSITION, self._key, warnings, impossible)
+        accepted = positions(exp.samples.get(ACCEPTED, ()), LABEL_POSITION, self._key, warnings, impossible)
         generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
         iteration = {
             key

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from .. import config
 from ..model import Counters, RequestHistogram, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample
-from .common import bounded, short
+from .common import bounded, positions, short
 
 _TOTALS = (config.VLLM_V1_DRAFTS, config.VLLM_V1_DRAFT_TOKENS, config.VLLM_V1_ACCEPTED)
 
@@ -99,40 +99,24 @@ class VllmV1Adapter:
         totals = [_collect(exp.samples.get(n, ()), warnings, impossible) for n in _TOTALS]
         generation = _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), warnings, impossible)
 
-        positions: dict[SeriesKey, dict[int, float]] = {}
-        for s in exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS, ()):
-            raw = s.labels.get(config.LABEL_POSITION, "")
-            # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
-            if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
-                warnings.append(f"{short(s)} has no integer position label; ignored")
-                continue
-            if int(raw) >= config.MAX_K:
-                warnings.append(f"{short(s)}: position {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
-                continue
-            key = _key(s)
-            if not bounded(s, key, warnings, impossible):
-                continue
-            per_key = positions.setdefault(key, {})
-            if int(raw) in per_key:
-                warnings.append(f"{short(s)} repeats a position; first value kept")
-                continue
-            per_key[int(raw)] = s.value
-
+        per_pos = positions(
+            exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS, ()), config.LABEL_POSITION, _key, warnings, impossible
+        )
         histograms, histogram_family = _histograms(exp, warnings)
         started = _collect(exp.samples.get(config.VLLM_V1_DRAFTS_CREATED, ()), warnings)
         # vLLM creates all k position series at start-up; the lazy Rust frontend
         # creates them on first acceptance. Either way, once the family exists an
         # engine without it was cut off (truncated or partial scrape).
-        positions_expected = bool(positions)
+        positions_expected = bool(per_pos)
         engines: dict[SeriesKey, Counters] = {}
-        keys = set().union(*totals, positions)
+        keys = set().union(*totals, per_pos)
         for key in sorted(keys):  # label values are strings: any of them sorts
             missing = [n for n, values in zip(_TOTALS, totals, strict=True) if key not in values]
 
             if missing:
                 warnings.append(f"{series_name(key)}: missing {', '.join(missing)}; engine left out")
                 continue
-            pos = positions.get(key, {})
+            pos = per_pos.get(key, {})
             if not pos and positions_expected:
                 warnings.append(f"{series_name(key)}: no {config.VLLM_V1_ACCEPTED_PER_POS}; engine left out")
                 continue
