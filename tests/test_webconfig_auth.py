@@ -209,7 +209,8 @@ def test_success_cache_evicts_the_least_recently_used(tmp_path, monkeypatch):
         auth.close()
 
 
-@pytest.mark.parametrize("header", ["Basic !!!", "Bearer x", "Basic " + "A" * 8000, basic("prometheus", "")])
+@pytest.mark.parametrize("header", ["Basic !!!", "Bearer x", "Basic " + "A" * 8000, basic("prometheus", ""),
+                                    basic("prometheus", "x" * 73), basic("nobody", PASSWORD + "x" * 72)])
 def test_malformed_credentials_are_refused(tmp_path, header):
     cfg = write_web_config(tmp_path / "web.yaml", users={"prometheus": bcrypt_hash(PASSWORD, 4)})
 
