@@ -23,6 +23,7 @@ from http_fixtures import LoopbackServer, prom
 from prom_harness import wait_for
 from security_harness import Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status, write_web_config
 from seed_records import render_dump
+from vllm_specdec_exporter import config
 
 TOKEN = "sk-vllm-7f3c9e1d2b4a6085"
 
@@ -151,6 +152,34 @@ def test_bearer_token_reaches_vllm_and_never_leaks(tmp_path):
     assert "answered HTTP 401" in logs  # the failure is reported ...
     for text in (logs, metrics, page, summary):
         assert TOKEN not in text  # ... but the token never appears
+
+
+def test_a_bad_bearer_token_file_fails_its_polls_and_stalls_nothing(tmp_path):
+    """A FIFO, a file over MAX_BEARER_TOKEN_BYTES and a two-line token: each poll of those targets
+    fails with a line naming the file, while /healthz answers and the good target is polled (the
+    FIFO's open blocked the event loop: the port never opened; a 300 MB file held it minutes)."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big").write_bytes(b"x" * (config.MAX_BEARER_TOKEN_BYTES + 1))
+    (tmp_path / "two-lines").write_text(TOKEN + "\nX-Injected: 1\n")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    with LoopbackServer(lambda n: prom(render_dump({"drafts": 100 * (n + 1), "draft_tokens": 200 * (n + 1),
+                                                    "accepted": 150 * (n + 1), "per_pos": [90 * (n + 1), 60 * (n + 1)]}))) as vllm:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "targets": [{"name": name, "url": vllm.url, "bearer_token_file": str(tmp_path / name)}
+                        for name in ("fifo", "big", "two-lines", "token")],
+            "web": {"listen_address": "127.0.0.1:0"}, "poll": {"interval": "1s"}}))
+        server = Serve("--config.file", str(cfg))
+        try:
+            base = f"http://127.0.0.1:{server.port()}"
+            wait_for(lambda: 'vllm_specdec_up{target="token"} 1.0' in get(f"{base}/metrics")[1], 30, "the good target")
+            failed = [f'vllm_specdec_exporter_polls_total{{result="error",target="{t}"}}' for t in ("fifo", "big", "two-lines")]
+            wait_for(lambda: all(f in get(f"{base}/metrics")[1] for f in failed), 10, "the bad token files' polls")
+            assert get_ok(f"{base}/healthz", None)
+        finally:
+            logs = server.stop()
+    assert "is not a regular file (a FIFO)" in logs and f"is larger than {config.MAX_BEARER_TOKEN_BYTES:,} bytes" in logs
+    assert "not one line of printable UTF-8" in logs and TOKEN not in logs and "Traceback" not in logs
 
 
 @contextlib.contextmanager

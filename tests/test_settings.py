@@ -161,6 +161,7 @@ def _config(**top) -> str:
         (json.dumps({"targets": [{"url": URL, "model": LONG}]}), "targets[0].model: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "profile": LONG}]}), "targets[0].profile: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "k": LONG}]}), "targets[0].k: 'xxx"),
+        (json.dumps({"targets": [{"url": URL, "bearer_token_file": ""}]}), "targets[0].bearer_token_file: must be a file path"),
         (_config(web={"listen_address": LONG}), "web.listen_address: 'xxx"),
         (_config(web={"listen_address": LONG + ":99999"}), "web.listen_address: 'xxx"),
         (_config(web={"config": {"file": [LONG]}}), "web.config.file: a list is not a file path"),

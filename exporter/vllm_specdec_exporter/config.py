@@ -69,6 +69,8 @@ DEFAULT_STALENESS = "60s"
 # Largest k accepted. vLLM's largest real k is about 10; position series at or
 # beyond this are refused with a warning, so positions per engine are bounded.
 MAX_K = 64
+# A bearer_token_file, re-read each poll: a Kubernetes service-account token is 1-2 KB.
+MAX_BEARER_TOKEN_BYTES = 64 << 10
 # A counter value above 2**53 cannot count by one any more (float64), and sums of
 # such values could overflow to +Inf: a series above it is refused as not a counter.
 MAX_COUNTER_VALUE = float(2**53)

@@ -21,8 +21,10 @@ import structlog
 from . import config, parse_pool
 from .derive import invariant_violations
 from .diagnosis_state import DiagnosisState, Seen
+from .errors import ConfigError
 from .health import NO_BASELINE, named_profile
 from .history import Observation, TargetHistory
+from .localfiles import read_capped
 from .metrics import sample
 from .model import Counters, SeriesKey, series_name
 from .parse_pool import Failure, Payload, Read, WorkerError
@@ -86,12 +88,22 @@ class TargetPoller:
     def _headers(self) -> dict[str, str]:
         if not self.target.bearer_token_file:
             return {}
-        # Read on every poll so a rotated token is picked up; never logged.
+        # Read on every poll so a rotated token is picked up; never logged. A regular file of at
+        # most MAX_BEARER_TOKEN_BYTES, opened without blocking: a FIFO or a huge file stalled the loop.
         try:
-            with open(self.target.bearer_token_file, encoding="utf-8") as f:
-                token = f.read().strip()
-        except OSError as e:
-            raise SourceError(f"cannot read bearer_token_file: {e.strerror}", "error") from None
+            raw = read_capped("bearer_token_file", self.target.bearer_token_file, config.MAX_BEARER_TOKEN_BYTES)
+        except ConfigError as e:
+            raise SourceError(f"bearer_token_file: {e.message}", "error") from None
+        try:
+            token = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            token = "\0"  # refused below
+        if not token or not token.isprintable():
+            raise SourceError(
+                f"bearer_token_file {self.target.bearer_token_file}: not one line of printable UTF-8 (empty, "
+                "several lines or control characters)",
+                "error",
+            )
         self._secrets = credentials(self.target.url, token)
         return {"Authorization": f"Bearer {token}"}
 

@@ -50,7 +50,7 @@ def _target(key: str, raw: Any) -> Target:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ConfigError(f"{key}.name", f"{shown(name)} is not 1-64 of A-Z a-z 0-9 _ . -")
     token_file = raw.get("bearer_token_file")
-    if token_file is not None and not isinstance(token_file, str):
+    if token_file is not None and not (isinstance(token_file, str) and token_file):
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
     producer = raw.get("producer")
     if producer is not None and producer not in PRODUCERS:
