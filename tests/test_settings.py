@@ -421,3 +421,17 @@ def test_profiles_and_scenarios_take_k_up_to_the_one_maximum(tmp_path):
         else:
             with pytest.raises(ConfigError, match=f"k must be 1-{config.MAX_K}"):
                 load_scenario(str(path))
+
+
+@pytest.mark.parametrize("entry", ["http//admin:s3cr=etpw@127.0.0.1:8000/metrics", "admin:s3cr=etpw@127.0.0.1:8000/m",
+                                   "http://admin:s3cr=etpw@127.0.0.1:8000/m?x"])
+def test_a_url_flag_with_an_equals_sign_is_a_url_not_a_name(entry):
+    """NAME=URL only where NAME is a target name: an '=' in a mistyped URL's password made the part
+    before it a "name", quoted in the error (helper-29); now the URL is refused, its password redacted."""
+    try:
+        targets = build_settings({}, {"urls": [entry]}).targets
+    except ConfigError as refused:
+        assert str(refused).startswith("config: --vllm.url[0].url: '<redacted>@127.0.0.1:8000/m"), str(refused)
+        assert "s3cr" not in str(refused) and "admin" not in str(refused)
+    else:
+        assert [(t.name, t.url) for t in targets] == [("vllm", entry)]

@@ -18,7 +18,7 @@ def _targets_from_urls(key: str, urls: Sequence[str]) -> list[dict[str, str]]:
     out = []
     for i, entry in enumerate(urls):
         name, sep, url = entry.partition("=")
-        if not sep or "://" in name:
+        if not sep or not _NAME_RE.fullmatch(name):  # an '=' inside a URL (a mistyped one's password too)
             name, url = (config.DEFAULT_TARGET_NAME if len(urls) == 1 else f"{config.DEFAULT_TARGET_NAME}-{i}"), entry
         out.append({"name": name, "url": url})
     return out
