@@ -13,6 +13,8 @@ import pytest
 import yaml
 from security_harness import get_full, laughs, log_events, serve_refuses, start_exporter, write_web_config
 
+HASH = "$2b$04$q/gJrV.MVg9Bqw7mZ5kEEOb5eP3HOo.MbM0C06r/aoqQwZdxi.muq"  # bcrypt of "pw" at cost 4
+
 BAD_HEADER_VALUES = {
     "CRLF": "default-src 'self'\r\nX-Injected: 1",
     "LF": "default-src 'self'\nX-Injected: 1",
@@ -79,3 +81,33 @@ def test_other_expanding_yaml_is_refused(tmp_path, content, expected):
     with pytest.raises(ConfigError, match=None) as refused:
         load_web_config(str(path))
     assert expected in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize("content, expected", [
+    # A section of the wrong type was ignored without a word (TLS or the passwords off, unsaid).
+    ("tls_server_config: []\n", "config: tls_server_config: expected a mapping, not a list"),
+    ("tls_server_config: ''\n", "config: tls_server_config: expected a mapping, not ''"),
+    ("basic_auth_users: []\n", "config: basic_auth_users: expected a mapping, not a list"),
+    ("rate_limit: 0\n", "config: rate_limit: expected a mapping, not 0"),
+    ("http_server_config: []\n", "config: http_server_config: expected a mapping, not a list"),
+    # YAML reads these user names as other types: the operator's user got 401 and nothing said why.
+    (f"basic_auth_users:\n  yes: '{HASH}'\n", "config: basic_auth_users.True: a user name must be a string (YAML read a bool): quote it"),
+    (f"basic_auth_users:\n  0123: '{HASH}'\n", "config: basic_auth_users.83: a user name must be a string (YAML read a int)"),
+    (f"basic_auth_users:\n  ~: '{HASH}'\n", "config: basic_auth_users.None: a user name must be a string"),
+])
+def test_a_section_or_user_name_of_the_wrong_type_is_refused(tmp_path, content, expected):
+    from vllm_specdec_exporter.settings import ConfigError
+    from vllm_specdec_exporter.webconfig.load import load_web_config
+    path = tmp_path / "web.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as refused:
+        load_web_config(str(path))
+    assert str(refused.value) == expected or str(refused.value).startswith(expected), refused.value
+
+
+def test_empty_sections_and_quoted_user_names_load(tmp_path):
+    from vllm_specdec_exporter.webconfig.load import load_web_config
+    path = tmp_path / "web.yaml"
+    path.write_text(f"tls_server_config:\nrate_limit: {{}}\nbasic_auth_users:\n  'yes': '{HASH}'\n  '0123': '{HASH}'\n")
+    cfg = load_web_config(str(path))
+    assert (cfg.ssl_context, cfg.rate_limit, sorted(cfg.users)) == (None, None, ["0123", "yes"])

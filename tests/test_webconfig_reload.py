@@ -195,7 +195,12 @@ def test_a_truncated_or_half_written_web_config_keeps_tls_and_the_password(tmp_p
     (lambda tls: {"tls_server_config": {k: v for k, v in tls.items() if k != "client_allowed_sans"},
                   "basic_auth_users": "USERS"}, "drop client_allowed_sans"),
     (lambda tls: "tls_server_config: [broken", "cannot read"),
-], ids=["tls-off", "no-users", "cert-not-required", "cert-not-verified", "sans-dropped", "broken"])
+    # Found attacking the reload (helper-29): a lower max_version and a weaker suite were applied.
+    (lambda tls: {"tls_server_config": {**tls, "max_version": "TLS12"}, "basic_auth_users": "USERS"},
+     "lower the TLS version ceiling (TLS13 -> TLS12)"),
+    (lambda tls: {"tls_server_config": {**tls, "max_version": "TLS12", "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"]},
+                  "basic_auth_users": "USERS"}, "allow cipher suites not allowed before (TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA)"),
+], ids=["tls-off", "no-users", "cert-not-required", "cert-not-verified", "sans-dropped", "broken", "max-lowered", "cipher-added"])
 def test_every_weakening_reload_is_refused_in_process(tmp_path, pki, change, problem):
     tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"),
            "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
@@ -235,6 +240,11 @@ def test_a_stronger_or_equal_config_still_reloads(tmp_path, pki):
         {"prometheus", "other"}
     assert set(_reload(live, clock, path, {"tls_server_config": tls, "basic_auth_users": users}).users) == \
         {"prometheus"}
+    # Fewer cipher suites, then the same few: stronger or equal.
+    narrow = {**tls, "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}
+    for _ in range(2):
+        ctx = _reload(live, clock, path, {"tls_server_config": narrow, "basic_auth_users": users}).ssl_context
+        assert ctx is not None and "ECDHE-RSA-AES128-GCM-SHA256" in {c["name"] for c in ctx.get_ciphers()}
     assert live.reload_failures == 0
 
 

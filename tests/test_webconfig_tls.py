@@ -66,3 +66,16 @@ def test_an_ipv4_san_is_matched(tmp_path, pki):
         assert tls_status(port, tls_client(pki, "client-v6")) == "refused"
     finally:
         server.stop()
+
+
+def test_an_empty_allowed_sans_list_restricts_nothing_as_in_exporter_toolkit(tmp_path, pki):
+    """`client_allowed_sans: []` loaded, then refused every client, /healthz probes included (helper-29)."""
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={
+        "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
+        "client_allowed_sans": []})
+    server, port = _start(cfg, pki, "client-v4")
+    try:
+        assert {cert: tls_status(port, tls_client(pki, cert)) for cert in ("client-v4", "client")} == {
+            "client-v4": 200, "client": 200}
+    finally:
+        server.stop()

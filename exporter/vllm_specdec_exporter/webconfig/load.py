@@ -150,18 +150,23 @@ def _load_web_config(path: str, files: list[str]) -> WebConfig:
     for k in data:
         if k not in valid:
             raise ConfigError(f"web config {shown_key(k, SHOWN)}", f"unknown key (valid: {', '.join(valid)})")
+    for k in valid:  # a section left empty (null) is left out; any other non-mapping was ignored unsaid
+        if data.get(k) is not None and not isinstance(data[k], dict):
+            raise ConfigError(k, f"expected a mapping, not {shown(data[k], SHOWN)}")
     base = Path(path).parent
     ctx, sans = (None, None)
     if data.get("tls_server_config"):
         ctx, sans = tls_context(data["tls_server_config"], base, files)
     headers = _http_server_config(data["http_server_config"]) if data.get("http_server_config") else {}
     rate = _rate_limit(data["rate_limit"]) if data.get("rate_limit") else None
-    users_in = data.get("basic_auth_users") or {}
-    if not isinstance(users_in, dict):
-        raise ConfigError("basic_auth_users", "expected a mapping of user: bcrypt hash")
     users = {}
-    for user, hashed in users_in.items():
-        users[str(user)] = _bcrypt_hash(f"basic_auth_users.{shown_key(user, SHOWN)}", hashed)
+    for user, hashed in (data.get("basic_auth_users") or {}).items():
+        if not isinstance(user, str):  # YAML reads yes as True, 0123 as 83, ~ as None: a name nobody can send
+            raise ConfigError(
+                f"basic_auth_users.{shown_key(user, SHOWN)}",
+                f"a user name must be a string (YAML read a {type(user).__name__}): quote it",
+            )
+        users[user] = _bcrypt_hash(f"basic_auth_users.{shown_key(user, SHOWN)}", hashed)
     fake = _fake_hash(max(h[4:6] for h in users.values())) if users else b""
     auth = data["tls_server_config"].get("client_auth_type", "NoClientCert") if ctx else "NoClientCert"
     return WebConfig(

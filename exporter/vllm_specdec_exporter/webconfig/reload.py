@@ -17,7 +17,7 @@ import structlog
 from .. import config
 from ..errors import ConfigError
 from .load import WebConfig, load_web_config
-from .tls import CLIENT_AUTH, tls_name
+from .tls import CIPHERS, CLIENT_AUTH, tls_name
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
@@ -35,8 +35,15 @@ def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
             out.append(f"stop verifying client certificates ({old.client_auth} -> {new.client_auth})")
         if old.allowed_sans is not None and new.allowed_sans is None:
             out.append("drop client_allowed_sans")
-        if new.ssl_context and new.ssl_context.minimum_version < old.ssl_context.minimum_version:
-            out.append(f"lower the TLS version floor ({tls_name(old.ssl_context)} -> {tls_name(new.ssl_context)})")
+        o, n = old.ssl_context, new.ssl_context
+        if n and n.minimum_version < o.minimum_version:
+            out.append(f"lower the TLS version floor ({tls_name(o.minimum_version)} -> {tls_name(n.minimum_version)})")
+        if n and n.maximum_version < o.maximum_version:
+            out.append(f"lower the TLS version ceiling ({tls_name(o.maximum_version)} -> {tls_name(n.maximum_version)})")
+        added = sorted({c["name"] for c in n.get_ciphers()} - {c["name"] for c in o.get_ciphers()}) if n else []
+        if added:
+            go_names = {v: k for k, v in CIPHERS.items()}
+            out.append(f"allow cipher suites not allowed before ({', '.join(go_names.get(c, c) for c in added)})")
     if old.users and not new.users:
         out.append("remove every basic_auth_users entry")
     if old.rate_limit and not new.rate_limit:

@@ -154,14 +154,13 @@ def tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLConte
         except (ValueError, ssl.SSLError):
             raise ConfigError("tls_server_config.curve_preferences", f"OpenSSL here refuses {curves[0]}") from None
     sans = tls.get("client_allowed_sans")
-    if sans is not None:
-        if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
-            raise ConfigError("tls_server_config.client_allowed_sans", "expected a list of strings")
-        if mode == ssl.CERT_NONE:
-            raise ConfigError(
-                "tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a client certificate"
-            )
-    return ctx, None if sans is None else frozenset(form for san in sans for form in san_forms(san))
+    if sans is not None and (not isinstance(sans, list) or not all(isinstance(s, str) for s in sans)):
+        raise ConfigError("tls_server_config.client_allowed_sans", "expected a list of strings")
+    if not sans:  # as in exporter-toolkit, an empty list restricts nothing (it refused every client)
+        return ctx, None
+    if mode == ssl.CERT_NONE:
+        raise ConfigError("tls_server_config.client_allowed_sans", "needs a client_auth_type that asks for a client certificate")
+    return ctx, frozenset(form for san in sans for form in san_forms(san))
 
 
 def san_forms(san: str) -> set[str]:
@@ -190,5 +189,5 @@ def _python_ip(ip: ipaddress.IPv6Address) -> str:
     return ":".join(format(int.from_bytes(ip.packed[i : i + 2], "big"), "X") for i in range(0, 16, 2))
 
 
-def tls_name(ctx: ssl.SSLContext) -> str:
-    return next((name for name, v in TLS_VERSIONS.items() if v == ctx.minimum_version), str(ctx.minimum_version))
+def tls_name(version: ssl.TLSVersion) -> str:
+    return next((name for name, v in TLS_VERSIONS.items() if v == version), str(version))
