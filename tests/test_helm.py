@@ -237,12 +237,17 @@ def test_dashboard_configmaps_hold_the_committed_dashboards():
     (["--set", "prometheusRule.alerts.VLLMSpecDecodeAcceptanceCollapsed.threshold=1.05"], "threshold"),
     (["--set", "port=70000"], "/port"),
     (["--set", "podMonitor.interval=often"], "/podMonitor/interval"),
-    (["--set-json", 'config={"targets":[{"url":"ftp://x"}]}'], "/config/targets/0/url"),
+    # A URL is never quoted (it may hold a password): the schema's pattern printed it (helper-29).
+    (["--set-json", 'config={"targets":[{"url":"ftp://u:SECRETPW@x/m"}]}'], "config.targets[0].url is not an http(s) URL with a host"),
+    (["--set-json", 'config={"targets":[{"url":"http//u:SECRETPW@x/m"}]}'], "config.targets[0].url is not an http(s) URL with a host"),
+    (["--set-json", 'config={"targets":[{"url":"http://u:SECRETPW@:8000/m"}]}'], "config.targets[0].url is not an http(s) URL"),
+    # It said only "'not' failed".
+    (["--set-json", 'config={"web":{"listen_address":":1"}}'], "config.web.listen_address is set from the chart's port value"),
 ])
 def test_bad_values_are_refused_by_the_schema(args, message):
     proc = helm("template", "rel", ".", *args, check=False)
     assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
+    assert message in proc.stderr and "SECRETPW" not in proc.stderr, proc.stderr
 
 
 def test_chart_files_are_generated_copies():
@@ -398,10 +403,22 @@ def test_the_vllm_values_become_the_exporters_flags(vllm, expected, tmp_path):
     (["--set-string", "vllm.speculativeConfig=[1]"], "vllm.speculativeConfig: [1] is not vLLM's --speculative-config JSON"),
     (["--set", "vllm.speculativeConfig=3"], "/vllm/speculativeConfig"),
     (["--set", "vllm.modle=x"], "additional properties 'modle' not allowed"),
+    # k the exporter would refuse at start-up (a crash-looping pod): refused at render (helper-29).
+    (["--set", f"vllm.speculativeConfig.num_speculative_tokens={cfg.MAX_K + 1}"],
+     f"num_speculative_tokens {cfg.MAX_K + 1} is not an integer from 1 to {cfg.MAX_K}"),
+    (["--set-json", 'vllm.speculativeConfig="{\\"num_speculative_tokens\\": 2.5}"'], "num_speculative_tokens 2.5 is not an integer"),
+    (["--set", "vllm.speculativeConfig.num_speculative_tokens=0"], "num_speculative_tokens 0 is not an integer"),
+    (["--set-json", 'extraArgs=["--log.level=debug","--log.level=info"]'], "extraArgs: --log.level is given twice"),
 ])
 def test_bad_vllm_values_are_refused(args, message):
     proc = helm("template", "rel", ".", "-f", str(CHART / "ci" / "standalone-values.yaml"), *args, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_the_largest_k_and_repeated_vllm_urls_render():
+    docs = render("-f", str(CHART / "ci" / "standalone-values.yaml"), "--set", f"vllm.speculativeConfig.num_speculative_tokens={cfg.MAX_K}",
+                  "--set-json", 'extraArgs=["--vllm.url=http://a:1/m","--vllm.url=http://b:1/m"]')
+    assert f"--vllm.k={cfg.MAX_K}" in container(docs)["args"]
 
 
 @pytest.mark.parametrize("extra, refused", [

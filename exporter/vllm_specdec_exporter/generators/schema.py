@@ -39,6 +39,9 @@ def config_schema(old: Schema) -> Schema:
     target = props["targets"]["items"]
     target_props = {k: target["properties"].get(k, {"type": "string"}) for k in s.TARGET_KEYS}
     target_props["name"] = {"type": "string", "pattern": f"^{s._NAME_RE.pattern}$"}
+    # Checked in templates/configmap.yaml, not by a pattern here: helm quotes a value that fails
+    # one, and a URL may hold a password.
+    target_props["url"] = {"type": "string", "description": "an http(s) URL with a host (vLLM's /metrics)"}
     target_props["producer"] = {"description": "optional: detected from the payload when left out", "enum": list(PRODUCERS)}
     # What the deployment runs: the exporter's own checks (settings._deployment); descriptions kept.
     for key in ("model", "profile"):

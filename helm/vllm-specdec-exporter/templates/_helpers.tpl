@@ -140,7 +140,7 @@ names. With nothing to pass, this chart's scope alone (its `vllm` values apply):
 {{- if $unknown }}
 {{- fail (printf "vllm-specdec-exporter.container: unknown key %s (valid: chart, model, speculativeConfig, profile)" (sortAlpha $unknown | join ", ")) }}
 {{- end }}
-{{- include "vllm-specdec-exporter.container" (dict "Values" .chart.Values "Chart" .chart.Chart "vllm" (omit . "chart")) }}
+{{- include "vllm-specdec-exporter.container" (dict "Values" .chart.Values "Chart" .chart.Chart "Files" .chart.Files "vllm" (omit . "chart")) }}
 {{- else }}
 {{- /* The chart's own flags, once: the container's args, and what extraArgs may not repeat (serve
 refuses a flag given twice: one of them in extraArgs would crash-loop the pod). */}}
@@ -149,8 +149,13 @@ refuses a flag given twice: one of them in extraArgs would crash-loop the pod). 
 {{- $own = append $own (printf "--web.config.file=%s/%s" (include "vllm-specdec-exporter.webConfigDir" .) .Values.webConfig.key) }}
 {{- end }}
 {{- $own = concat $own (include "vllm-specdec-exporter.vllmArgs" . | fromYamlArray) }}
+{{- $given := list }}
 {{- range $extra := .Values.extraArgs }}
 {{- $flag := regexReplaceAll "=.*$" (toString $extra) "" }}
+{{- if and (hasPrefix "--" $flag) (ne $flag "--vllm.url") (has $flag $given) }}
+{{- fail (printf "extraArgs: %s is given twice: serve refuses a flag given twice (only --vllm.url repeats)" $flag) }}
+{{- end }}
+{{- $given = append $given $flag }}
 {{- range $own }}
 {{- if and (hasPrefix "--" $flag) (hasPrefix (printf "%s=" $flag) .) }}
 {{- fail (printf "extraArgs: %s is set by the chart (its values: port, webConfig, vllm): serve refuses a flag given twice" $flag) }}
@@ -237,6 +242,12 @@ the exporter refuses the rest at start-up (an unknown name, a shipped profile fo
 {{- fail (printf "vllm.speculativeConfig: %s is not vLLM's --speculative-config (JSON text or a mapping)" (trunc 100 (toJson $spec))) }}
 {{- end }}
 {{- $k := index $spec "num_speculative_tokens" }}
+{{- /* The exporter's largest k (generated); an include of the older form passes no .Files: not checked. */}}
+{{- $maxK := 0 }}
+{{- with .Files }}{{ $maxK = (.Get "files/rule-defaults.yaml" | fromYaml).maxK }}{{ end }}
+{{- if and $maxK (not (kindIs "invalid" $k)) (not (and (regexMatch "^[0-9]+$" (toString $k)) (ge (int $k) 1) (le (int $k) (int $maxK)))) }}
+{{- fail (printf "vllm.speculativeConfig: num_speculative_tokens %v is not an integer from 1 to %v (the exporter's largest k): it would refuse --vllm.k at start-up" (trunc 100 (toString $k)) $maxK) }}
+{{- end }}
 {{- if and $profile $k }}
 {{- $first := true }}
 {{- range (((.Values.config | default dict).baselines | default dict).profiles | default list) }}

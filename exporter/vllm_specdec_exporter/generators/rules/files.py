@@ -106,6 +106,7 @@ def render_chart_files() -> dict[str, str]:
     defaults = {
         "runbookBase": o.runbook_base,
         "window": o.detection_window,
+        "maxK": c.MAX_K,  # the largest k the exporter takes: the chart refuses a larger num_speculative_tokens
         "thresholds": {k: float(v) for k, v in o.thresholds.items()},
         "health": [k for k in THRESHOLD_KEYS if k in c.DETECTION_KEYS],
         # config.baselines.aliases: the template adds "|<served name>" where a profile's
