@@ -179,8 +179,12 @@ def test_a_later_start_time_is_a_restart_even_when_the_counters_grew_past():
     assert classify(_c(1000, None), _c(10, 1.7e9), 60) == "restart"  # one side unknown: the counters tell
     # Found attacking the sidecar: a _created that creeps forward at every scrape (a relay stamping it)
     # over a lifetime of 10 M drafts is no restart: at 250,000 drafts/s at most, 60 s make 15 M.
-    assert classify(_c(1e7, 1.7e9), _c(1e7 + 2000, 1.7e9 + 1e-6), 1).startswith("a later start time, but more drafts")
-    assert classify(_c(1e7, 1.7e9), _c(1e7 + 2000, 1.7e9 + 1e-6), 60) == STARTED_AGAIN
+    assert classify(_c(1e7, 1.7e9), _c(1e7 + 2000, 1.7e9 + 5), 1).startswith("a later start time, but more drafts")
+    assert classify(_c(1e7, 1.7e9), _c(1e7 + 2000, 1.7e9 + 5), 60) == STARTED_AGAIN
+    # Less than START_TIME_SLACK_SECONDS apart is the same start (helper-28: a jitter of 1 ms read as a restart).
+    assert classify(_c(1e7, 1.7e9), _c(1e7 + 2000, 1.7e9 + 1e-6), 60) == "consistent"
+    assert "did not restart" in classify(_c(1000, 1.7e9), _c(10, 1.7e9 + 0.999), 60)
+    assert classify(_c(1000, 1.7e9), _c(10, 1.7e9 + 1.0), 60) == STARTED_AGAIN
 
 
 def test_diff_counts_from_a_restart_whose_counters_grew_past_the_first_scrape():

@@ -334,37 +334,59 @@ def test_engines_all_relabelled_at_the_cap_take_over_on_the_second_poll_not_afte
     assert sorted(kept) == new and refused == 0 and sorted(forget) == old  # the second in a row does
 
 
-def test_a_restart_known_from_the_start_time_counts_from_it_at_once():
-    """Issue 31: counters grown past the last poll, from a process started since (vLLM's
-    _created): the whole new count is the increment, on that poll; no glitch, no wait."""
+def test_a_restart_known_from_the_start_time_counts_from_it():
+    """Issue 31: a process started since (vLLM's _created) counts from its start. With its counters
+    below the last poll's, at once; grown past them, once the next poll keeps that start time
+    (helper-28: a start time that moves at every poll otherwise read as a restart each time), with
+    the whole new count."""
     h = TargetHistory([("1m", 60.0)], 3600.0)
     key = ("m", "0")
     h.observe(0.0, {key: replace(c(1000), started=1.7e9)})
     h.observe(5.0, {key: replace(c(1100), started=1.7e9)})
-    got = h.observe(10.0, {key: replace(c(1500), started=1.7e9 + 8)})
+    got = h.observe(10.0, {key: replace(c(50), started=1.7e9 + 8)})  # below: at once
+    assert list(got.restarted) == [key] and got.increments[key].drafts == 50 and not got.inconsistent
+    got = h.observe(15.0, {key: replace(c(1500), started=1.7e9 + 14)})  # grown past: the next poll decides
+    assert not got.restarted and key not in got.increments and not got.inconsistent
+    got = h.observe(20.0, {key: replace(c(1600), started=1.7e9 + 14)})
     assert list(got.restarted) == [key] and not got.inconsistent
-    assert got.increments[key].drafts == 1500  # not 400
-    got = h.observe(15.0, {key: replace(c(1200), started=1.7e9)})  # the old process answers again
+    assert got.increments[key].drafts == 1600  # everything since that start, not 100
+    got = h.observe(25.0, {key: replace(c(1200), started=1.7e9 + 8)})  # the process before answers again
     # Two servers behind one URL: said, and what the old one drafted since it was last counted added.
-    assert got.increments[key].drafts == 100 and got.inconsistent[0][1].startswith("a server seen before answers")
-    got = h.observe(20.0, {key: replace(c(1000), started=1.7e9 - 50)})  # one never counted, started earlier
+    assert got.increments[key].drafts == 1150 and got.inconsistent[0][1].startswith("a server seen before answers")
+    got = h.observe(30.0, {key: replace(c(1000), started=1.7e9 - 50)})  # one never counted, started earlier
     assert got.increments == {} and got.inconsistent[0][1].startswith("an engine that started earlier")
 
 
-def test_a_start_time_that_creeps_forward_at_every_scrape_never_adds_the_engines_life():
+def test_a_start_time_that_creeps_forward_by_microseconds_is_the_same_start():
     """Found attacking the sidecar: 10 M lifetime drafts at AL 2.6, the head collapsed since (2,000
     drafts a second at AL 1.03), its _created 1 us later at every poll. Each poll read as a restart
-    added the whole life to the windows (5m AL 2.598, health ok). Now each is inconsistent, nothing
-    is added, and the target says so."""
+    added the whole life to the windows (5m AL 2.598, health ok). Less than
+    START_TIME_SLACK_SECONDS apart is the same start: each poll adds what it drafted, the collapse shows."""
     h = TargetHistory([("1m", 60.0)], 3600.0)
     life = lambda n: Counters(1e7 + 2000 * n, 2 * (1e7 + 2000 * n), 1.6e7 + 60 * n, (0.96e7 + 36 * n, 0.64e7 + 24 * n),
                               started=1.7e9 + n * 1e-6)
     h.observe(0.0, {KEY: life(0)})
     for n in range(1, 8):
         got = h.observe(float(n), {KEY: life(n)})
+        assert not got.restarted and not got.inconsistent and got.increments[KEY].drafts == pytest.approx(2000), (n, got)
+    w = h.window("1m").engines[KEY]
+    assert 1 + w.accepted / w.drafts == pytest.approx(1.03)
+
+
+@pytest.mark.parametrize("moved", [5.0, 0.5 + 1.0])  # stamped at each 5 s scrape; a jitter of over a second
+def test_a_start_time_that_moves_at_every_poll_never_adds_the_engines_life(moved):
+    """helper-28: 100,000 lifetime drafts at 100 a second, _created later at every poll (a relay
+    stamping it, or jitter beyond the slack): 1 M drafts read in 1m as each poll "restarted". Now
+    nothing is added and every other poll is inconsistent (TargetInconsistent's share is 0.4)."""
+    h = TargetHistory([("1m", 60.0)], 3600.0)
+    life = lambda n: replace(c(100_000 + 500 * n), started=1.7e9 + n * moved)
+    h.observe(0.0, {KEY: life(0)})
+    said = []
+    for n in range(1, 13):
+        got = h.observe(5.0 * n, {KEY: life(n)})
         assert not got.restarted and KEY not in got.increments, (n, got)
-        if n > 1:  # the second odd poll in a row: said
-            assert got.inconsistent[0][1].startswith("a later start time, but more drafts"), got
+        said += [why for _, why in got.inconsistent]
+    assert len(said) == 6 and all(why.startswith("a later start time (_created) at each poll") for why in said), said
 
 
 def test_a_rollouts_old_and_new_replicas_alternating_in_pairs_are_each_counted_once():

@@ -622,10 +622,16 @@ class Hostile:
         raise AssertionError(mode)
 
 
+def started_at(scenario, clock: FakeClock) -> Simulation:
+    """vLLM (simulated) started now on the test's clock: its _created moves as that clock does
+    (a restart in the test's minutes, not the real milliseconds, which are the same start)."""
+    return Simulation(scenario, clock=clock, wall=lambda: 1.7e9 + clock())
+
+
 @contextlib.asynccontextmanager
 async def hostile_target(scenario="healthy", config: dict | None = None):
     clock = FakeClock()
-    sim = Simulation(load_scenario(scenario) if isinstance(scenario, str) else scenario, clock=clock)
+    sim = started_at(load_scenario(scenario) if isinstance(scenario, str) else scenario, clock)
     hostile = Hostile(sim)
     app = web.Application()
     app.router.add_get("/metrics", hostile.handle)
@@ -803,7 +809,7 @@ def test_restart_with_a_new_k_and_an_engine_that_disappears_and_comes_back():
             await t.run_for(20)
             assert sorted(s.labels["engine"] for s in (await t.metrics())[f"{P}_drafts_total"]) == ["0", "1"]
             # vLLM restarts with k=3: counters back to zero, one more position
-            t.hostile.sim = Simulation(k3, clock=t.clock)
+            t.hostile.sim = started_at(k3, t.clock)
             await t.run_for(70)
             m = await t.metrics()
             assert_sane(m, k=3)
@@ -891,7 +897,7 @@ def soak(minutes: int, restart_every: int, outage_every: int, probe_at: tuple[in
             samples = []
             for minute in range(minutes):
                 if minute % restart_every == restart_every - 1:
-                    t.hostile.sim = Simulation(SOAK, clock=t.clock)  # vLLM restarts
+                    t.hostile.sim = started_at(SOAK, t.clock)  # vLLM restarts
                 t.hostile.mode = "500" if minute % outage_every == outage_every // 2 else "ok"
                 await t.run_for(60)
                 if minute in probe_at:

@@ -96,6 +96,11 @@ MIN_POLL_INTERVAL_SECONDS = 0.1
 # per second since the last poll, is inconsistent (history.py);
 # VLLMSpecDecodeTargetInconsistent says so if it lasts.
 MAX_DRAFTS_PER_SECOND = 250_000
+# An engine's start time (vLLM's _created) that moved by less than this is the same start: a
+# restart needs the old process read first and the new one loaded since (seconds at least), so a
+# smaller move is a producer's jitter or rounding, never a restart (each read as one added the
+# engine's whole life to the windows: 1 ms of jitter at 100 drafts/s read 1 M drafts in 1m).
+START_TIME_SLACK_SECONDS = 1.0
 # Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut
 # to this many characters, and a target remembers (to log each once) at most
 # WARNINGS_REMEMBERED of them, as 16-byte digests: ~100 KB whatever the labels. Once that

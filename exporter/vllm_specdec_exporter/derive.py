@@ -48,6 +48,21 @@ def _series(c: Counters) -> list[float]:
     return [c.drafts, c.draft_tokens, c.accepted, *c.per_position]
 
 
+def started_elsewhen(base: Counters, now: Counters) -> bool | None:
+    """Whether the two readings come from processes started at different times (None: a
+    start time is unknown); closer than START_TIME_SLACK_SECONDS is the same start."""
+    if base.started is None or now.started is None:
+        return None
+    return abs(now.started - base.started) >= config.START_TIME_SLACK_SECONDS
+
+
+def grew_past(base: Counters, now: Counters) -> bool:
+    """A later start time whose counters went on from the last reading: a restart only if the
+    next reading keeps that start time (the sidecar waits a poll for it, as for a restart read
+    from the counters); one stamped at each scrape would add the engine's whole life each poll."""
+    return bool(started_elsewhen(base, now)) and now.drafts >= base.drafts
+
+
 def classify(base: Counters, now: Counters, seconds: float) -> str:
     """CONSISTENT, RESTART, or why the pair is inconsistent (a fixed phrase): the one reading
     of two samples of an engine, for the sidecar's polls (history.py) and diff's dumps
@@ -59,7 +74,8 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
     stamped at each scrape would add the engine's whole life to every window); an earlier one
     is another, older server; the same one with counters gone down is a glitch. Without it, the
     counters alone tell, as before."""
-    if base.started is not None and now.started is not None and base.started != now.started:
+    if started_elsewhen(base, now):
+        assert base.started is not None and now.started is not None
         if now.started < base.started:
             return "an engine that started earlier answers (two servers behind one URL?)"
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
@@ -71,7 +87,7 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
         now.drafts < base.drafts and now.draft_tokens < base.draft_tokens and (now.accepted < base.accepted or base.accepted == 0)
     )
     if totals_down:
-        if base.started is not None and base.started == now.started:
+        if started_elsewhen(base, now) is False:
             return "counters went down, but the engine did not restart (its _created is unchanged): swapped dumps, or a glitch"
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"

@@ -42,10 +42,26 @@ from dataclasses import dataclass, field, replace
 
 from . import config
 from .admission import admit
-from .derive import CONSISTENT, RESTART, STARTED_AGAIN, align_k, classify, delta, difference, sum_counters
+from .derive import (
+    CONSISTENT,
+    RESTART,
+    STARTED_AGAIN,
+    align_k,
+    classify,
+    delta,
+    difference,
+    grew_past,
+    started_elsewhen,
+    sum_counters,
+)
 from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
+
+# Said when a later start time with the counters gone on is not kept by the next poll either.
+MOVING_START = (
+    "a later start time (_created) at each poll while the counters go on: not a restart (a start time stamped at each scrape?)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +282,9 @@ class TargetHistory:
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
             confirmed = False
-            twin = now.started is not None and e.base.started is not None and now.started != e.base.started
+            twin = bool(started_elsewhen(e.base, now))
+            # A later start time with the counters gone on: a restart once the next poll keeps it.
+            unconfirmed = verdict == STARTED_AGAIN and pending is None and grew_past(e.base, now)
             earlier = e.counted.get(now.started) if twin and now.started is not None else None
             if verdict == CONSISTENT:
                 if pending is not None and kind == RESTART:
@@ -283,7 +301,7 @@ class TargetHistory:
                     if (values := read(now))[1] is not None:
                         side._rebase(values[0], values[1], count=False)
                 continue
-            elif verdict == STARTED_AGAIN or (
+            elif (verdict == STARTED_AGAIN and not grew_past(e.base, now)) or (
                 pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT
             ):
                 # A restart known from the engine's start time (vLLM's _created), even when its
@@ -295,15 +313,16 @@ class TargetHistory:
                 e.rebase(now, t)
             elif pending is not None:
                 # Two odd polls in a row: this one is the new base, nothing is added.
-                inconsistent.append((key, verdict if verdict != RESTART else kind))
+                inconsistent.append((key, MOVING_START if verdict == STARTED_AGAIN else verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
                     self._new_total(e, now.k)
                 e.rebase(now, t)
             else:
-                e.pending, e.pending_kind = now, verdict
-                if verdict != RESTART:
+                e.pending, e.pending_kind = now, RESTART if unconfirmed else verdict
+                if e.pending_kind != RESTART:
                     inconsistent.append((key, verdict))
-            self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
+            if not unconfirmed:  # its sides wait too: a confirmed restart counts them whole
+                self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
         for key in [k for k, e in self._engines.items() if t - e.seen > self._forget_after]:
             del self._engines[key]
 

@@ -82,12 +82,11 @@ class Simulation:
         self.scenario = scenario
         self._clock = clock
         self._speed = speed
-        self._wall = wall
         self._t0 = clock()
         self._now = 0.0
         self._next_phase = 0
-        start_wall = wall()
-        self.engines = [self._fresh(scenario.params, start_wall) for _ in range(scenario.engines)]
+        self._start_wall = wall()
+        self.engines = [self._fresh(scenario.params, self._start_wall) for _ in range(scenario.engines)]
 
     def _fresh(self, params: Params, created: float) -> EngineState:
         return EngineState(params, created, pos_f=[0.0] * self.scenario.k)
@@ -105,7 +104,8 @@ class Simulation:
             for i in phase.engines if phase.engines is not None else range(len(self.engines)):
                 params = replace(self.engines[i].params, **phase.changes)
                 if phase.restart:
-                    self.engines[i] = self._fresh(params, self._wall())
+                    # Started at the restart's scenario time (at any speed, and under a test's clock).
+                    self.engines[i] = self._fresh(params, self._start_wall + phase.at)
                 else:
                     self.engines[i].params = params
             self._next_phase += 1
