@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 from aiohttp import web
+from http_fixtures import LoopbackServer, prom
 from sidecar_harness import LIFE, V1, FakeClock, engine_lines, exporter, one, payload, poll_for, scrape, start, values
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter.parser import parse
@@ -1212,3 +1214,39 @@ def test_an_answer_that_is_not_readable_http_is_the_targets_http_error_not_ours(
         assert "sent an answer that is not readable HTTP" in str(failed.value) and "pw123456789" not in str(failed.value)
 
     asyncio.run(go())
+
+
+def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
+    """helper-28: 40 model names never seen before at every poll. The engines held stay capped,
+    but the diagnosis kept every name's k and position 0 (60,040 after 1,500 polls, 31 MB)."""
+    from vllm_specdec_exporter.poller import TargetPoller
+
+    fresh = itertools.count()
+
+    def payload_of(n: int) -> bytes:
+        out = []
+        for m in (f"model-{next(fresh)}" for _ in range(40)):
+            d = 1000 * (n + 1)
+            out += [f'vllm:spec_decode_num_{name}_total{{engine="0",model_name="{m}"}} {v}'
+                    for name, v in (("drafts", d), ("draft_tokens", 2 * d), ("accepted_tokens", 1.5 * d))]
+            out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{m}",position="{p}"}} {v}'
+                    for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
+        return prom(("\n".join(out) + "\n").encode())
+
+    async def go():
+        clock = FakeClock()
+        with LoopbackServer(payload_of) as vllm:
+            settings = build_settings({"poll": {"interval": "5s"}}, {"urls": [vllm.url]})
+            async with aiohttp.ClientSession() as session:
+                poller = TargetPoller(settings.targets[0], settings, session, mono=clock)
+                sizes = []
+                for i in range(100):
+                    clock.t += 5
+                    assert await poller.poll_once() == "success"
+                    if i in (49, 99):
+                        sizes.append((len(poller.diagnosis._k), len(poller.diagnosis._position0_healthy_at)))
+        return sizes
+
+    (k_then, _), (k_now, pos0_now) = asyncio.run(go())
+    assert k_now <= k_then and pos0_now <= config.MAX_MODELS_PER_TARGET, (k_then, k_now, pos0_now)
+    assert k_now <= config.DEFAULT_MAX_SERIES_PER_TARGET  # the models the windows hold, not the 4,000 names seen

@@ -178,6 +178,10 @@ class DiagnosisState:
         """One poll: its restarted engines, the counters it kept and the history's windows. Returns
         what each model's verdicts read (``Seen``)."""
         changed = self._recent_changes(now, restarted, kept)
+        # k is remembered for the models the windows still hold: names that churn are not kept forever.
+        longest = windows.get(self.windows[-1][0])
+        held = {m for m, _ in kept} | ({m for m, _ in longest.engines} if longest else set())
+        self._k = {m: k for m, k in self._k.items() if m in held}
         fixed = self._restarts_after_a_fall(now, restarted, kept)
         healthy = set(self._position0_healthy_at)
         seen = {}
@@ -246,7 +250,9 @@ class DiagnosisState:
                 if math.isfinite(pos0) and pos0 >= self.det.position0_floor and total.drafts >= self.min_drafts:
                     self._position0_healthy_at[model] = now
         horizon = now - config.POSITION0_LOOKBACK_SECONDS
-        self._position0_healthy_at = {m: t for m, t in self._position0_healthy_at.items() if t >= horizon}
+        recent = sorted(((t, m) for m, t in self._position0_healthy_at.items() if t >= horizon), reverse=True)
+        # The newest models a target can serve at once: names that churn do not pile up for a day.
+        self._position0_healthy_at = {m: t for t, m in recent[: config.MAX_MODELS_PER_TARGET]}
 
     def _fallen(self, label: str) -> set[str]:
         """The models degraded or collapsed over a window at the last poll published (over the
