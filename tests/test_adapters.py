@@ -632,3 +632,17 @@ def test_a_16_mb_trtllm_payload_of_long_model_names_gives_no_engine():
     snap = extract("\n".join(lines) + "\n")
     assert snap.engines == {}
     assert sum(len(w) for w in snap.warnings) < 64 * 5 * 400  # each warning cut to ~300 characters
+
+
+def test_a_payload_cut_before_the_positions_leaves_its_engines_out_not_at_k0():
+    """helper-28: 13,000 engines in prometheus_client's family order, cut at max_samples before any
+    per-position line: every engine read as k=0 (the poll a success, the positions gone)."""
+    engines = range(300)
+    text = "".join(f'vllm:spec_decode_num_{n}_total{{engine="{e}",model_name="m"}} {v}\n'
+                   for n, v in (("drafts", 100), ("draft_tokens", 200), ("accepted_tokens", 150)) for e in engines)
+    text += "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="m",position="{p}"}} {v}\n'
+                    for e in engines for p, v in ((0, 90), (1, 60)))
+    whole = extract(text)
+    assert {c.k for c in whole.engines.values()} == {2} and len(whole.engines) == 300
+    cut = extract(text, max_samples=800)  # 900 totals: cut inside them, before any position
+    assert cut.engines == {} and any("no vllm:spec_decode_num_accepted_tokens_per_pos" in w for w in cut.warnings), cut.warnings[:3]

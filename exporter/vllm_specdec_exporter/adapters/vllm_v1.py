@@ -106,8 +106,10 @@ class VllmV1Adapter:
         started = _collect(exp.samples.get(config.VLLM_V1_DRAFTS_CREATED, ()), warnings)
         # vLLM creates all k position series at start-up; the lazy Rust frontend
         # creates them on first acceptance. Either way, once the family exists an
-        # engine without it was cut off (truncated or partial scrape).
-        positions_expected = bool(per_pos)
+        # engine without it was cut off (truncated or partial scrape); so is every engine
+        # of a payload cut at max_samples (prometheus_client writes the positions last:
+        # a cut before them read every engine as k=0).
+        positions_expected = bool(per_pos) or exp.cut_at is not None
         engines: dict[SeriesKey, Counters] = {}
         keys = set().union(*totals, per_pos)
         for key in sorted(keys):  # label values are strings: any of them sorts
