@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from . import config
+from .errors import clip
 from .parser import PayloadTooLarge
 
 if TYPE_CHECKING:  # aiohttp is imported where a URL is fetched: `report FILE` starts without it (~250 ms)
     import aiohttp
 
+TARGET_TEXT_CHARS = 120  # what an error quotes of a target's own text (aiohttp quotes the bytes it could not read)
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 
 
@@ -155,12 +157,13 @@ async def fetch_metrics(
     except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
         # The target's answer, not a fault of ours: one aiohttp cannot read (headers that never end, a
         # body cut short, a hang-up). Its own "400" would read as if the target had answered 400.
-        what = getattr(e, "message", None) or type(e).__name__
+        # Its text quotes the target's bytes (a status line of 8 KB reached the log and the page): cut.
+        what = clip(str(getattr(e, "message", None) or type(e).__name__), TARGET_TEXT_CHARS)
         raise SourceError(
-            scrub(f"{shown} sent an answer that is not readable HTTP ({what})", credentials(url)), "http_error"
+            scrub(f"{shown} sent an answer that is not readable HTTP ({what!r})", credentials(url)), "http_error"
         ) from None
     except aiohttp.ClientError as e:  # its text may quote the whole URL
-        raise SourceError(scrub(f"{shown}: {type(e).__name__}: {e}", credentials(url))) from None
+        raise SourceError(scrub(f"{shown}: {type(e).__name__}: {clip(str(e), TARGET_TEXT_CHARS)}", credentials(url))) from None
 
 
 async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:  # noqa: ASYNC109 -- passed to fetch_metrics
