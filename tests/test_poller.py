@@ -409,6 +409,8 @@ def test_the_metrics_format_honours_accept_q_values(header, served):
     status, headers, body = asyncio.run(metrics_with({"Accept": header, "Accept-Encoding": "identity"}))
     assert status == 200 and headers["Content-Type"].startswith(served), headers
     assert body.endswith(b"# EOF\n") == (served == OM)
+    # Its format and encoding follow the request's headers: a cache must key on both (helper-29).
+    assert {v.strip() for v in headers["Vary"].split(",")} == {"Accept", "Accept-Encoding"}, headers
 
 
 def test_summary_drops_a_model_that_went_away_with_its_counters():

@@ -131,7 +131,7 @@ def metrics_handler(
         reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
         state = (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads, *connection_counts(app))
         identity, zipped = await exposition.bodies(encoder, state)
-        headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
+        headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             return web.Response(body=zipped, headers={**headers, "Content-Encoding": "gzip"})
         return web.Response(body=identity, headers=headers)
