@@ -60,6 +60,23 @@ def test_simulate_lists_scenarios_and_refuses_unknown_ones():
     assert proc.returncode == 2 and b"'nope' is neither a file nor one of" in proc.stderr
 
 
+@pytest.mark.parametrize("content, expected", [
+    # helper-29: each was a traceback.
+    (b"\xff\xfe bad", "is not UTF-8 text"),
+    (b"k: 2\nphases: 5\n", "a value of an unexpected type or form ('int' object is not iterable)"),
+    (b"k: 2\nphases: [{at: soon}]\n", "a value of an unexpected type or form"),
+    # read as the config file is: no aliases (a YAML bomb)
+    (b"a: &x [1]\nper_position: *x\n", "aliases (*name) are refused"),
+])
+def test_a_bad_scenario_file_is_one_line_naming_it(tmp_path, content, expected):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    proc = run_cli("simulate", "--scenario", str(path))
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and f"--scenario: {path}" in err and expected in err, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
 @pytest.mark.long
 def test_demo_runs_and_stops_cleanly():
     proc = run_cli("demo", "--duration", "3s", "--speed", "20", "--exporter-port", "0", "--simulator-port", "0",

@@ -12,7 +12,9 @@ from typing import Any
 import yaml
 
 from . import config, durations
-from .errors import ConfigError
+from .errors import ConfigError, clip
+from .localfiles import read_capped
+from .yamlsafe import load as load_yaml
 
 PARAM_KEYS = ("drafts_per_second", "per_position", "effective_draft_length", "step_latency_seconds")
 PHASE_KEYS = ("at", "engines", "restart", *PARAM_KEYS)
@@ -67,6 +69,9 @@ def _float(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(key, f"{value!r} is not a number")
     return float(value)
+
+
+SCENARIO_MAX_DEPTH = 8  # YAML nesting: the deepest real key (phases[i].per_position[j]) is 3 levels down
 
 
 def parse_scenario(data: Any, name: str = "scenario") -> Scenario:
@@ -136,9 +141,18 @@ def load_scenario(ref: str) -> Scenario:
         text = resources.files(__package__).joinpath(f"data/scenarios/{ref}.yaml").read_text()
         return parse_scenario(yaml.safe_load(text), ref)
     path = Path(ref)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError("--scenario", f"{ref!r} is neither a file nor one of {', '.join(builtin_scenarios())}")
+    text = read_capped("--scenario", ref)  # a regular file of at most 1 MiB, as the config file
     try:
-        return parse_scenario(yaml.safe_load(path.read_text()), path.stem)
+        data = load_yaml(text.decode("utf-8"), SCENARIO_MAX_DEPTH)
+    except UnicodeDecodeError:
+        raise ConfigError("--scenario", f"{ref} is not UTF-8 text") from None
     except yaml.YAMLError as e:
-        raise ConfigError("--scenario", f"{ref} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise ConfigError("--scenario", f"{ref} is not valid YAML: {clip(str(e).splitlines()[0])}") from None
+    try:
+        return parse_scenario(data, path.stem)
+    except (TypeError, ValueError) as e:  # a value of a type no check expected (phases: 5): one line, no traceback
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError("--scenario", f"{ref}: a value of an unexpected type or form ({clip(str(e))})") from None
