@@ -79,3 +79,22 @@ def test_an_empty_allowed_sans_list_restricts_nothing_as_in_exporter_toolkit(tmp
             "client-v4": 200, "client": 200}
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("tls, expected", [
+    # helper-29: "a value of an unexpected type (TypeError)", "(None)", and the wrong key named.
+    ({"client_auth_type": ["a"]}, "tls_server_config.client_auth_type: a list is not one of"),
+    ({"min_version": ["TLS12"]}, "tls_server_config.min_version: a list is not one of TLS12, TLS13"),
+    ({"cipher_suites": [{"a": 1}]}, "tls_server_config.cipher_suites: unknown"),
+    ({"cert_file": "server.key", "key_file": "server.crt"}, "tls_server_config.cert_file: cannot load the certificate and key ("),
+    ({"client_auth_type": "RequireAndVerifyClientCert", "client_ca": "not a PEM"}, "tls_server_config.client_ca: cannot load the CA"),
+])
+def test_a_tls_value_of_the_wrong_type_or_content_is_named(tmp_path, pki, tls, expected):
+    from vllm_specdec_exporter.settings import ConfigError
+    from vllm_specdec_exporter.webconfig.load import load_web_config
+    files = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
+    cfg = write_web_config(tmp_path / "web.yaml", pki, tls_server_config={
+        **files, **{k: (str(pki / v) if k.endswith("_file") else v) for k, v in tls.items()}})
+    with pytest.raises(ConfigError) as refused:
+        load_web_config(str(cfg))
+    assert expected in str(refused.value) and "None" not in str(refused.value), refused.value

@@ -69,14 +69,14 @@ def _names(key: str, value: object, valid: Mapping[str, object]) -> list[str]:
     if not isinstance(value, list) or not value:
         raise ConfigError(key, "expected a non-empty list")
     for name in value:
-        if name not in valid:
+        if not isinstance(name, str) or name not in valid:
             raise ConfigError(key, f"unknown {shown(name, SHOWN)} (valid: {', '.join(valid)})")
     return value
 
 
 def _version(tls: dict[str, object], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key, default)
-    if value not in TLS_VERSIONS:
+    if not isinstance(value, str) or value not in TLS_VERSIONS:
         raise ConfigError(
             f"tls_server_config.{key}",
             f"{shown(value, SHOWN)} is not one of TLS12, TLS13 (OpenSSL here refuses TLS 1.0 and 1.1)",
@@ -103,7 +103,8 @@ def tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLConte
     try:
         ctx.load_cert_chain(cert, key)
     except ssl.SSLError as e:  # never quote the files: one of them is a private key
-        raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({e.reason})") from None
+        why = e.reason or "not a PEM certificate and its matching private key: swapped, or another key?"
+        raise ConfigError("tls_server_config.cert_file", f"cannot load the certificate and key ({why})") from None
     auth = tls.get("client_auth_type", "NoClientCert")
     if isinstance(auth, str) and auth in CLIENT_AUTH_REFUSED:
         raise ConfigError(
@@ -112,7 +113,7 @@ def tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLConte
             f"ssl module verifies every certificate it asks for; use {CLIENT_AUTH_REFUSED[auth]} "
             "with client_ca_file",
         )
-    if auth not in CLIENT_AUTH:
+    if not isinstance(auth, str) or auth not in CLIENT_AUTH:
         raise ConfigError("tls_server_config.client_auth_type", f"{shown(auth, SHOWN)} is not one of {', '.join(CLIENT_AUTH)}")
     mode, verify = CLIENT_AUTH[auth]
     has_ca = "client_ca_file" in tls or "client_ca" in tls
@@ -128,7 +129,10 @@ def tls_context(tls: object, base: Path, files: list[str]) -> tuple[ssl.SSLConte
         elif "client_ca" in tls:
             ctx.load_verify_locations(cadata=str(tls["client_ca"]))
     except ssl.SSLError as e:
-        raise ConfigError("tls_server_config.client_ca_file", f"cannot load the CA certificates ({e.reason})") from None
+        which = "client_ca_file" if "client_ca_file" in tls else "client_ca"
+        raise ConfigError(
+            f"tls_server_config.{which}", f"cannot load the CA certificates ({e.reason or 'not PEM certificates'})"
+        ) from None
     ctx.verify_mode = mode
     if "cipher_suites" in tls:
         wanted = [CIPHERS[n] for n in _names("tls_server_config.cipher_suites", tls["cipher_suites"], CIPHERS)]
