@@ -143,9 +143,9 @@ def load_scenario(ref: str) -> Scenario:
     path = Path(ref)
     if not path.exists():
         raise ConfigError("--scenario", f"{ref!r} is neither a file nor one of {', '.join(builtin_scenarios())}")
-    text = read_capped("--scenario", ref)  # a regular file of at most 1 MiB, as the config file
+    raw = read_capped("--scenario", ref)  # a regular file of at most 1 MiB, as the config file
     try:
-        data = load_yaml(text.decode("utf-8"), SCENARIO_MAX_DEPTH)
+        data = load_yaml(raw.decode("utf-8"), SCENARIO_MAX_DEPTH)
     except UnicodeDecodeError:
         raise ConfigError("--scenario", f"{ref} is not UTF-8 text") from None
     except yaml.YAMLError as e:
