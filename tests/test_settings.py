@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_cli
 from vllm_specdec_exporter import config
 from vllm_specdec_exporter import config as cfg
 from vllm_specdec_exporter.scenarios import load_scenario
@@ -110,6 +110,24 @@ def test_a_bad_value_is_named_by_where_it_came_from(env, flags, expected):
     assert str(refused.value).startswith(expected), refused.value
 
 
+def test_a_web_config_that_does_not_load_is_named_by_where_its_path_came_from(tmp_path):
+    """helper-29: the web config's errors named --web.config.file whatever gave the path (a variable,
+    the file's web.config.file), and an empty flag was named by the file's key."""
+    from vllm_specdec_exporter.settings import named_by_source
+
+    failed = ConfigError("--web.config.file", "/etc is not a regular file (a directory)")
+    env = {"VLLM_SPECDEC_EXPORTER_WEB_CONFIG_FILE": "/etc"}
+    assert str(named_by_source(failed, {}, env)).startswith("config: VLLM_SPECDEC_EXPORTER_WEB_CONFIG_FILE: /etc is")
+    assert str(named_by_source(failed, {}, {})).startswith("config: web.config.file: /etc is")
+    assert named_by_source(failed, {"web_config_file": "/etc"}, env) is failed  # the flag given is the one named
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"urls": [URL], "web_config_file": ""}, {})
+    assert str(refused.value) == "config: --web.config.file: '' is not a file path"
+    cfg = _write(tmp_path, _config(web={"config": {"file": str(tmp_path)}}))
+    proc = run_cli("serve", "--config.file", str(cfg))
+    assert proc.returncode == 2 and f"config: web.config.file: {tmp_path} is not a regular file" in proc.stderr.decode()
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:1/metrics ", "http://127.0.0.1:1/met rics", "http://127.0.0.1:1/m\t"])
 def test_a_url_with_a_blank_in_it_is_refused(url):
     """Found attacking the config: a trailing space was polled as /metrics%20, a 404 to hunt for."""
@@ -162,6 +180,7 @@ def _config(**top) -> str:
         (json.dumps({"targets": [{"url": URL, "profile": LONG}]}), "targets[0].profile: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "k": LONG}]}), "targets[0].k: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "bearer_token_file": ""}]}), "targets[0].bearer_token_file: must be a file path"),
+        (json.dumps({"targets": {"url": URL}}), "config: targets: expected a list of targets (- url: ...), not a dict"),
         (_config(web={"listen_address": LONG}), "web.listen_address: 'xxx"),
         (_config(web={"listen_address": LONG + ":99999"}), "web.listen_address: 'xxx"),
         (_config(web={"config": {"file": [LONG]}}), "web.config.file: a list is not a file path"),

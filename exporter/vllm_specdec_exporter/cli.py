@@ -257,7 +257,7 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def _serve(args: argparse.Namespace) -> int:
     from .errors import ConfigError
-    from .settings import load_settings
+    from .settings import load_settings, named_by_source
 
     # The settings first: a wrong flag or key exits 2 before aiohttp loads (~0.4 s of CPU).
     try:
@@ -268,7 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
 
             web_config = LiveWebConfig(settings.web_config_file)
     except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {named_by_source(e, vars(args))}", file=sys.stderr)
         return 2
     import asyncio
 

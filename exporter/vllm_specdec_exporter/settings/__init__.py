@@ -56,6 +56,7 @@ __all__ = [
     "flags_markdown",
     "load_file",
     "load_settings",
+    "named_by_source",
     "parse_listen_address",
     "pick_overrides",
 ]
@@ -71,8 +72,14 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str] = os.environ)
             return replace(settings, file_targets_replaced_by=urls.env)
         return settings
     except ConfigError as e:
-        # A value from VLLM_SPECDEC_EXPORTER_<NAME> is named by that variable, not by a flag never given.
-        flag = next((f for f in FLAGS if e.key.split("[", 1)[0] == f.flag and flags.get(f.dest) in (None, [])), None)
-        if flag is None or not env.get(flag.env):
-            raise
-        raise ConfigError(flag.env + e.key[len(flag.flag) :], e.message) from None
+        raise named_by_source(e, flags, env) from None
+
+
+def named_by_source(e: ConfigError, flags: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> ConfigError:
+    """``e`` naming where its value came from when a flag was not given: the variable
+    VLLM_SPECDEC_EXPORTER_<NAME>, else the config file's key (a web config named there)."""
+    flag = next((f for f in FLAGS if e.key.split("[", 1)[0] == f.flag and flags.get(f.dest) in (None, [])), None)
+    if flag is None:
+        return e
+    source = flag.env if env.get(flag.env) else flag.key
+    return e if source is None else ConfigError(source + e.key[len(flag.flag) :], e.message)

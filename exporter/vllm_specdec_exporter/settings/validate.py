@@ -37,7 +37,9 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         replaced = len(file_targets) if isinstance(file_targets, list) else int(bool(file_targets))
     else:
         raw_targets, target_key = data.get("targets"), "targets"
-    if not raw_targets or not isinstance(raw_targets, list):
+    if raw_targets and not isinstance(raw_targets, list):
+        raise ConfigError(target_key, f"expected a list of targets (- url: ...), not {shown(raw_targets)}")
+    if not raw_targets:
         raise ConfigError(target_key, "at least one vLLM /metrics URL is needed (--vllm.url or targets: in the file)")
     # --vllm.model, --vllm.k, ...: one key set on every target (over the file's).
     given = {key: f for f in FLAGS if (key := f.target_key) and f.dest in overrides}
@@ -135,6 +137,9 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         profile_aliases=_aliases("baselines.aliases", baselines.get("aliases")),
         log_format=_choice(fmt_key, overrides.get("log_format", log.get("format", "auto")), config.LOG_FORMATS),
         log_level=_choice(level_key, overrides.get("log_level", log.get("level", "info")), config.LOG_LEVELS),
-        web_config_file=_path("web.config.file", overrides.get("web_config_file", web_config.get("file"))),
+        web_config_file=_path(
+            "--web.config.file" if "web_config_file" in overrides else "web.config.file",
+            overrides.get("web_config_file", web_config.get("file")),
+        ),
         file_targets_replaced=replaced,
     )
