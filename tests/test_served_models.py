@@ -256,3 +256,42 @@ def test_models_url():
     assert models_url("http://u:p@127.0.0.1:8000/metrics") == "http://u:p@127.0.0.1:8000/v1/models"
     assert models_url("https://h/vllm/metrics?token=x") == "https://h/vllm/v1/models?token=x"
     assert models_url("dump.prom") is None
+
+
+def test_v1_models_is_read_within_the_polls_own_timeout():
+    """helper-28: /v1/models was read with a full timeout of its own after the payload's, so a slow
+    one (re-read at every poll when model names churn) made a poll last twice its timeout. The
+    payload here takes 0.7 s of the 1 s timeout (on the poller's clock): /v1/models gets the 0.3 s
+    left; with less than SERVED_MODELS_MIN_SECONDS left it waits for the next poll."""
+    import time
+
+    async def slow_models(request):
+        await asyncio.sleep(3)
+        return web.json_response(VLLM_MODELS)
+
+    async def go():
+        async with stand_in(slow_models) as (poller, _, _, clock, calls):
+            spent = {"s": 0.7}
+            original = poller.session.get
+
+            def timed_get(u, **kw):  # the payload's fetch takes `spent` seconds of the poller's clock
+                if u.endswith("/metrics"):
+                    clock.t += spent["s"]
+                return original(u, **kw)
+
+            poller.session.get = timed_get
+            clock.t += 5
+            began = time.monotonic()
+            assert await poller.poll_once() == "success"
+            took = time.monotonic() - began
+            assert calls["models"] == 1 and poller.view.served_models_failures == 1
+            assert took < 0.9, took  # the 0.3 s left, not a second 1 s timeout
+            spent["s"] = 1 - config.SERVED_MODELS_MIN_SECONDS / 2
+            clock.t += config.SERVED_MODELS_REFRESH_SECONDS
+            assert await poller.poll_once() == "success"
+            assert calls["models"] == 1  # no time left: not asked this poll
+            spent["s"] = 0.0
+            clock.t += 5
+            await poller.poll_once()
+            assert calls["models"] == 2  # asked on the next
+    asyncio.run(go())

@@ -120,6 +120,7 @@ MAX_REQUEST_HISTOGRAM_BUCKETS = 64
 VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
 SERVED_MODELS_REFRESH_SECONDS = 300.0
 MAX_SERVED_MODELS_BYTES = 1024 * 1024
+SERVED_MODELS_MIN_SECONDS = 0.2  # the poll's time left under which /v1/models waits for the next poll
 # Where a payload is parsed, per target by its own cost (parse_pool.read): on the event loop
 # while its parses cost under PARSE_ON_LOOP_SECONDS (a real TP=8/DP=8 payload, 0.36 MB: ~0.6 ms)
 # and it is at most PARSE_ON_LOOP_MAX_BYTES (not yet measured: PARSE_IN_WORKER_BYTES); otherwise

@@ -140,7 +140,7 @@ class TargetPoller:
             else:
                 result = "success"
                 got = self._without_secrets(got)
-                await self._read_served_models(got)
+                await self._read_served_models(got, started)
         except PayloadTooLarge as e:  # from the response's length, before the payload is read
             result, error = "too_large", str(e)
         except SourceError as e:
@@ -177,7 +177,7 @@ class TargetPoller:
         self._warn_once(f"{len(leaked)} series left out: their labels carry the target's credentials", "credentials_in_labels")
         return replace(read, kept={k: v for k, v in read.kept.items() if k not in leaked})
 
-    async def _read_served_models(self, read: Read) -> None:
+    async def _read_served_models(self, read: Read, poll_started: float) -> None:
         """What a vLLM target serves under each served name, from its /v1/models: on the first
         poll, when a model name it was not read for appears, after a restart, and every
         SERVED_MODELS_REFRESH_SECONDS. Bounded in size and time; a failure keeps the last
@@ -186,7 +186,10 @@ class TargetPoller:
             return
         now, names = self.mono(), {model for model, _ in read.kept}
         stale = self._served_read_at is None or now - self._served_read_at >= config.SERVED_MODELS_REFRESH_SECONDS
-        if not (stale or self._served_due or names - self._served_asked):
+        # Within the poll's own timeout, not a second one: a slow /v1/models read at every poll (model
+        # names that churn ask for it each time) made each poll last twice its timeout.
+        left = self.settings.poll_timeout - (now - poll_started)
+        if not (stale or self._served_due or names - self._served_asked) or left < config.SERVED_MODELS_MIN_SECONDS:
             return
         self._served_read_at, self._served_due, self._served_asked = now, False, names
         try:
@@ -194,7 +197,7 @@ class TargetPoller:
                 self.session,
                 self._models_url,
                 max_bytes=config.MAX_SERVED_MODELS_BYTES,
-                timeout=self.settings.poll_timeout,
+                timeout=left,
                 headers=self._headers(),
             )
             self.served = {k: v for k, v in read_served_models(body).items() if not self._carries_secret(k, v)}
