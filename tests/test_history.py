@@ -408,3 +408,59 @@ def test_a_rollouts_old_and_new_replicas_alternating_in_pairs_are_each_counted_o
     # (its polls 2 and 3 drafted too), at 5: +100. New back at 6: +300, at 7: +100; and so on.
     assert counted == [0, 100, 4_200, 100, 300, 100, 300, 100, 300, 100, 300, 100, 300, 100, 300, 100]
     assert h.window("1h").engines[KEY].drafts == sum(counted)
+
+
+def _life(drafts: float, started: float, gen: float | None = None) -> Counters:
+    return replace(c(drafts), generation_tokens=gen, started=started)
+
+
+def test_two_servers_alternating_the_newer_ahead_are_both_counted():
+    """helper-30: A (started at 1000, 1,000 drafts) and B (started at 5000, 50,000, so ahead of A)
+    answer in turn, each drafting 100 a poll. B's later start time with more drafts waited for a
+    poll that kept it, and A's took it back each time: B was never counted (800 drafts in the window).
+    A start time taken back and answering again is a restart then: B's life once (50,300 at its
+    second answer), then 200 for each return of either, and A's 200 at poll 2."""
+    h = TargetHistory([("1h", 3600.0)], 4000.0)
+    for i in range(10):
+        h.observe(5.0 * i, {KEY: _life(1000 + 100 * i, 1000.0) if i % 2 == 0 else _life(50_000 + 100 * i, 5000.0)})
+    assert h.window("1h").engines[KEY].drafts == 200 + 50_300 + 6 * 200
+
+
+def test_a_restart_that_grew_past_then_glitched_is_counted_from_its_start():
+    """helper-30: the poll after a later start time keeps it but its counters went down (a glitch):
+    the restart is kept (1,500 since it), the glitch judged against it (said, then 200 and 100)."""
+    h = TargetHistory([("1h", 3600.0)], 4000.0)
+    polls = [(1000, 1000.0), (1100, 1000.0), (1500, 2000.0), (1200, 2000.0), (1700, 2000.0), (1800, 2000.0)]
+    said = []
+    for i, (drafts, started) in enumerate(polls):
+        got = h.observe(5.0 * i, {KEY: _life(drafts, started)})
+        said += [why for _, why in got.inconsistent]
+        assert bool(got.restarted) == (i == 3), (i, got)
+    assert h.window("1h").engines[KEY].drafts == 100 + 1500 + 200 + 100
+    assert len(said) == 1 and "did not restart" in said[0], said
+
+
+def test_a_start_time_that_moves_at_every_poll_counts_nothing_beside_the_counters():
+    """helper-30: the counters added nothing, but the generation tokens were counted on every other
+    poll (30,000 against 0 drafts: a draft-token share diluted)."""
+    h = TargetHistory([("1h", 3600.0)], 4000.0)
+    for n in range(8):
+        h.observe(5.0 * n, {KEY: _life(100_000 + 500 * n, 1.7e9 + 5 * n, gen=1e6 + 5000 * n)})
+    w = h.window("1h").engines[KEY]
+    assert w.drafts == 0 and not w.generation_tokens, w
+
+
+def test_a_process_seen_before_is_known_within_the_start_time_slack():
+    """helper-30: two replicas alternating in pairs, their _created jittering by a few ms: each
+    return of the one behind added its whole life again (7,700 drafts against 3,800 without)."""
+    jitter = [0.0, 0.003, 0.001, 0.002, 0.004, 0.0005]
+
+    def drafted(with_jitter: bool) -> float:
+        h = TargetHistory([("1h", 3600.0)], 4000.0)
+        for i in range(16):
+            j = jitter[i % 6] if with_jitter else 0.0
+            behind = (i // 2) % 2 == 1
+            h.observe(5.0 * i, {KEY: _life(1000 + 100 * i, 5000.0 + j) if behind else _life(50_000 + 100 * i, 1000.0 + j)})
+        return h.window("1h").engines[KEY].drafts
+
+    assert drafted(True) == drafted(False) == 3800

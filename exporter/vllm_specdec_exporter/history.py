@@ -58,6 +58,7 @@ from .model import Counters, RequestHistogram, SeriesKey
 
 Totals = Mapping[SeriesKey, Counters]
 
+GREW_PAST = "grew past"  # a pending poll: a later start time with the counters gone on, not yet kept
 # Said when a later start time with the counters gone on is not kept by the next poll either.
 MOVING_START = (
     "a later start time (_created) at each poll while the counters go on: not a restart (a start time stamped at each scrape?)"
@@ -196,11 +197,19 @@ class _Engine:
     # the newest few: a replica seen before that answers again (two servers behind one URL, old
     # and new alternating in a rollout) adds what it did since, never its whole life again.
     counted: dict[float, Counters] = field(default_factory=dict)
+    # A later start time with the counters gone on that the next poll took back (another server
+    # answered): a restart when that start time answers again, as the next poll would have confirmed.
+    held: Counters | None = None
+
+    def seen_before(self, now: Counters) -> Counters | None:
+        """The last values counted of the process ``now`` comes from (its start time, within the slack)."""
+        return next((c for c in self.counted.values() if started_elsewhen(c, now) is False), None)
 
     def rebase(self, now: Counters, t: float) -> None:
         self.base, self.base_t = now, t
         if now.started is not None:
-            self.counted.pop(now.started, None)
+            for started in [s for s, c in self.counted.items() if started_elsewhen(c, now) is False]:
+                del self.counted[started]
             self.counted[now.started] = now
             while len(self.counted) > _PROCESSES_REMEMBERED:
                 del self.counted[next(iter(self.counted))]
@@ -278,17 +287,33 @@ class TargetHistory:
                     appeared.append(key)
                 continue
             e.seen = t
+            confirmed = False
+            if e.pending is not None and e.pending_kind == GREW_PAST and started_elsewhen(e.pending, now) is False:
+                # A later start time with the counters gone on, kept by this poll: a restart, whatever
+                # the counters did since (a glitch is judged against it below). Everything since it.
+                confirmed = True
+                restarted.append(key)
+                self._add(e, key, e.pending, increments)
+                e.rebase(e.pending, t)
+                e.pending, e.pending_kind = None, ""
             verdict = classify(e.base, now, t - e.base_t)
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
-            confirmed = False
             twin = bool(started_elsewhen(e.base, now))
-            # A later start time with the counters gone on: a restart once the next poll keeps it.
-            unconfirmed = verdict == STARTED_AGAIN and pending is None and grew_past(e.base, now)
-            earlier = e.counted.get(now.started) if twin and now.started is not None else None
+            # A later start time with the counters gone on: a restart once a later poll keeps it (a
+            # start time that moves at every poll, stamped at each scrape, would add the engine's
+            # whole life each time), or at once when it is one held before (two servers behind one URL).
+            grew = verdict == STARTED_AGAIN and grew_past(e.base, now)
+            earlier = e.seen_before(now) if twin else None
+            held = (
+                e.held is not None
+                and started_elsewhen(e.held, now) is False
+                and classify(e.held, now, t - e.base_t) == CONSISTENT
+            )
             if verdict == CONSISTENT:
-                if pending is not None and kind == RESTART:
+                if pending is not None and kind in (RESTART, GREW_PAST):
                     inconsistent.append((key, "a restart the next poll took back (two servers behind one URL?)"))
+                    e.held = pending if kind == GREW_PAST else e.held
                 self._add(e, key, difference(e.base, now), increments)
                 e.rebase(now, t)
             elif earlier is not None and classify(earlier, now, t - e.base_t) == CONSISTENT:
@@ -297,32 +322,34 @@ class TargetHistory:
                 inconsistent.append((key, "a server seen before answers again (two servers behind one URL?)"))
                 self._add(e, key, difference(earlier, now), increments)
                 e.rebase(now, t)
-                for side, read in ((e.generation, _generation), (e.histogram, _histogram)):
-                    if (values := read(now))[1] is not None:
-                        side._rebase(values[0], values[1], count=False)
+                self._rebase_sides(e, now)
                 continue
-            elif (verdict == STARTED_AGAIN and not grew_past(e.base, now)) or (
+            elif (verdict == STARTED_AGAIN and (not grew or held)) or (
                 pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT
             ):
-                # A restart known from the engine's start time (vLLM's _created), even when its
-                # counters grew past the last reading, or one the next poll confirmed: everything
-                # counted since it is new.
+                # A restart known from the engine's start time (vLLM's _created), or one the next poll
+                # confirmed: everything counted since it is new.
                 confirmed = True
                 restarted.append(key)
                 self._add(e, key, now, increments)
                 e.rebase(now, t)
+                e.held = None if held else e.held
             elif pending is not None:
                 # Two odd polls in a row: this one is the new base, nothing is added.
-                inconsistent.append((key, MOVING_START if verdict == STARTED_AGAIN else verdict if verdict != RESTART else kind))
+                inconsistent.append((key, MOVING_START if grew else verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
                     self._new_total(e, now.k)
                 e.rebase(now, t)
+                if grew:  # nothing counted of the counters: nor of the series beside them
+                    self._rebase_sides(e, now)
+                    continue
             else:
-                e.pending, e.pending_kind = now, RESTART if unconfirmed else verdict
-                if e.pending_kind != RESTART:
+                e.pending, e.pending_kind = now, GREW_PAST if grew else verdict
+                if e.pending_kind not in (RESTART, GREW_PAST):
                     inconsistent.append((key, verdict))
-            if not unconfirmed:  # its sides wait too: a confirmed restart counts them whole
-                self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
+                if grew:  # its sides wait too: a confirmed restart counts them whole
+                    continue
+            self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
         for key in [k for k, e in self._engines.items() if t - e.seen > self._forget_after]:
             del self._engines[key]
 
@@ -342,8 +369,16 @@ class TargetHistory:
         return Observation(increments, tuple(restarted), tuple(appeared), tuple(inconsistent), tuple(skipped))
 
     @staticmethod
+    def _rebase_sides(e: _Engine, now: Counters) -> None:
+        """The series beside the counters start again from ``now``, nothing counted."""
+        for side, read in ((e.generation, _generation), (e.histogram, _histogram)):
+            if (values := read(now))[1] is not None:
+                side._rebase(values[0], values[1], count=False)
+
+    @staticmethod
     def _add(e: _Engine, key: SeriesKey, inc: Counters, increments: dict[SeriesKey, Counters]) -> None:
-        increments[key] = inc
+        # A restart confirmed and the poll after it: both in one poll's increment.
+        increments[key] = sum_counters([increments[key], inc]) if key in increments and increments[key].k == inc.k else inc
         # k only changes across a restart (or from a lazy producer's empty k=0); a
         # new running total makes the window difference treat it as one
         # (derive.delta: classify reads a changed k as no interval).
