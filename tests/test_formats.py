@@ -173,6 +173,8 @@ def test_the_exporters_own_families_are_written_as_the_library_writes_them():
     ("*/*, text/plain;q=0", "application/openmetrics-text"), ("text/plain;q=0, */*;q=0.1", "application/openmetrics-text"),
     ("text/*;q=0.9, text/plain;q=0, application/openmetrics-text;version=1.0.0;q=0.5", "application/openmetrics-text;version=1.0.0"),
     ("*/*", ""), ("text/*", ""),
+    # both refused: nothing acceptable, the default (helper-30: it got OpenMetrics, which it refused)
+    ("text/plain;q=0, */*;q=0.5, application/openmetrics-text;q=0", ""),
 ])
 def test_choose_gives_this_modules_encoders_with_the_librarys_arguments(header, library_header):
     """The item chosen, encoded as prometheus_client's choose_encoder encodes it alone."""

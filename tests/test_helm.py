@@ -408,6 +408,8 @@ def test_the_vllm_values_become_the_exporters_flags(vllm, expected, tmp_path):
      f"num_speculative_tokens {cfg.MAX_K + 1} is not an integer from 1 to {cfg.MAX_K}"),
     (["--set-json", 'vllm.speculativeConfig="{\\"num_speculative_tokens\\": 2.5}"'], "num_speculative_tokens 2.5 is not an integer"),
     (["--set", "vllm.speculativeConfig.num_speculative_tokens=0"], "num_speculative_tokens 0 is not an integer"),
+    # sprig's int reads a leading zero as octal: "065" rendered --vllm.k=065, which the exporter reads as 65.
+    (["--set-string", "vllm.speculativeConfig.num_speculative_tokens=065"], "num_speculative_tokens 065 is not an integer"),
     (["--set-json", 'extraArgs=["--log.level=debug","--log.level=info"]'], "extraArgs: --log.level is given twice"),
 ])
 def test_bad_vllm_values_are_refused(args, message):
@@ -419,6 +421,8 @@ def test_the_largest_k_and_repeated_vllm_urls_render():
     docs = render("-f", str(CHART / "ci" / "standalone-values.yaml"), "--set", f"vllm.speculativeConfig.num_speculative_tokens={cfg.MAX_K}",
                   "--set-json", 'extraArgs=["--vllm.url=http://a:1/m","--vllm.url=http://b:1/m"]')
     assert f"--vllm.k={cfg.MAX_K}" in container(docs)["args"]
+    # An '@' in the password, as the exporter reads a URL (the last '@' ends the user part; helper-30).
+    render("--set-json", 'config={"targets":[{"url":"http://u:p@ss@vllm:8000/metrics"}]}')
 
 
 @pytest.mark.parametrize("extra, refused", [

@@ -1222,6 +1222,37 @@ def test_an_answer_that_is_not_readable_http_is_the_targets_http_error_not_ours(
     asyncio.run(go())
 
 
+def test_a_password_echoed_in_an_unreadable_answer_is_scrubbed_before_it_is_cut():
+    """helper-30: the quoted answer was cut to 120 characters before the URL's password was scrubbed,
+    and scrub matches a secret's first 8+ characters: a password cut at the edge leaked its first 7."""
+    from vllm_specdec_exporter.sources import SourceError, fetch_metrics
+
+    secret = "Zq7xKw9mPassw0rd"
+
+    async def go(pad: int) -> str:
+        async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 " + b"x" * pad + secret.encode() + b"\r\n\r\n")
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                with pytest.raises(SourceError) as failed:
+                    await fetch_metrics(session, f"http://u:{secret}@127.0.0.1:{port}/metrics", timeout=10)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return str(failed.value)
+
+    for pad in range(60, 130, 3):
+        message = asyncio.run(go(pad))
+        assert secret[:3] not in message, (pad, message)
+
+
 def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
     """helper-28: 40 model names never seen before at every poll. The engines held stay capped,
     but the diagnosis kept every name's k and position 0 (60,040 after 1,500 polls, 31 MB)."""

@@ -224,6 +224,26 @@ def test_malformed_credentials_are_refused(tmp_path, header):
     assert asyncio.run(go()) == 401
 
 
+def test_a_password_over_72_bytes_is_read_as_bcrypt_reads_it(tmp_path):
+    """bcrypt reads the first 72 bytes: htpasswd hashed no more, and exporter-toolkit (Go's bcrypt)
+    compares no more. bcrypt 5 raised on a longer one: a 500 and a traceback for any client."""
+    long = "p" * 72
+    cfg = write_web_config(tmp_path / "web.yaml", users={"prometheus": bcrypt_hash(long, 4)})
+
+    async def go():
+        runner, url = await _exporter(cfg)
+        try:
+            async with aiohttp.ClientSession() as s:
+                statuses = []
+                for password in (long, long + "-beyond-72", "q" * 73):
+                    async with s.get(url, headers={"Authorization": basic("prometheus", password)}) as r:
+                        statuses.append(r.status)
+                return statuses
+        finally:
+            await runner.cleanup()
+    assert asyncio.run(go()) == [200, 200, 401]
+
+
 # --- bcrypt's queue: bounded per client address, addresses taking turns -------------------
 
 @pytest.mark.xdist_group("latency")  # a latency figure: never beside another latency test

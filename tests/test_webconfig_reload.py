@@ -246,6 +246,12 @@ def test_a_stronger_or_equal_config_still_reloads(tmp_path, pki):
         ctx = _reload(live, clock, path, {"tls_server_config": narrow, "basic_auth_users": users}).ssl_context
         assert ctx is not None and "ECDHE-RSA-AES128-GCM-SHA256" in {c["name"] for c in ctx.get_ciphers()}
     assert live.reload_failures == 0
+    # TLS 1.3 only: a TLS 1.2 suite list dropped allows nothing more (helper-30: refused as a weakening).
+    tls13 = {**tls, "min_version": "TLS13"}
+    _reload(live, clock, path, {"tls_server_config": {**tls13, "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]},
+                                "basic_auth_users": users})
+    assert _reload(live, clock, path, {"tls_server_config": tls13, "basic_auth_users": users}).ssl_context is not None
+    assert live.reload_failures == 0
 
 
 # --- No weakening: TLS version floor, rate_limit, headers (issue 29 item 6) ---------------

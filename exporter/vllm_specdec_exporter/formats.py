@@ -80,13 +80,16 @@ def choose(accept: str) -> tuple[Encoder, str]:
         key=lambda ranked_item: -ranked_item[0],
     )
     chosen, content_type = text_format.choose_encoder("")  # the text format, when nothing else is
-    # RFC 9110: the most specific item wins, so "*/*, text/plain;q=0" refuses text and takes OpenMetrics.
-    text_refused = any(name == "text/plain" and weight <= 0 for name, _, weight in _weighted(accept))
+    # RFC 9110: the most specific item wins, so "*/*, text/plain;q=0" refuses text and takes
+    # OpenMetrics (unless that is refused too: then nothing is acceptable, and text is the default).
+    refused = {name for name, _, weight in _weighted(accept) if weight <= 0}
     for weight, item in ranked:
         kind = item.split(";", 1)[0]
-        if weight <= 0 or kind not in _SERVED_FORMATS or (text_refused and kind == "text/*"):
+        if weight <= 0 or kind not in _SERVED_FORMATS or ("text/plain" in refused and kind == "text/*"):
             continue
-        if text_refused and kind == "*/*":
+        if "text/plain" in refused and kind == "*/*":
+            if "application/openmetrics-text" in refused:
+                continue
             item = "application/openmetrics-text"
         try:
             encoder, got_type = text_format.choose_encoder(item)

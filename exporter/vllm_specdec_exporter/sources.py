@@ -158,12 +158,12 @@ async def fetch_metrics(
         # The target's answer, not a fault of ours: one aiohttp cannot read (headers that never end, a
         # body cut short, a hang-up). Its own "400" would read as if the target had answered 400.
         # Its text quotes the target's bytes (a status line of 8 KB reached the log and the page): cut.
-        what = clip(str(getattr(e, "message", None) or type(e).__name__), TARGET_TEXT_CHARS)
-        raise SourceError(
-            scrub(f"{shown} sent an answer that is not readable HTTP ({what!r})", credentials(url)), "http_error"
-        ) from None
+        # Scrubbed whole, then cut: a secret cut first would leave its first characters unmatched.
+        what = clip(scrub(str(getattr(e, "message", None) or type(e).__name__), credentials(url)), TARGET_TEXT_CHARS)
+        raise SourceError(f"{shown} sent an answer that is not readable HTTP ({what!r})", "http_error") from None
     except aiohttp.ClientError as e:  # its text may quote the whole URL
-        raise SourceError(scrub(f"{shown}: {type(e).__name__}: {clip(str(e), TARGET_TEXT_CHARS)}", credentials(url))) from None
+        text = clip(scrub(str(e), credentials(url)), TARGET_TEXT_CHARS)
+        raise SourceError(f"{shown}: {type(e).__name__}: {text}") from None
 
 
 async def _fetch_once(url: str, max_bytes: int, timeout: float) -> bytes:  # noqa: ASYNC109 -- passed to fetch_metrics

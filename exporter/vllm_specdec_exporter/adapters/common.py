@@ -45,20 +45,24 @@ def bounded(sample: Sample, key: SeriesKey, warnings: list[str], impossible: lis
 
 def positions(
     samples: Iterable[Sample], label: str, key: Callable[[Sample], SeriesKey], warnings: list[str], impossible: list[str]
-) -> dict[SeriesKey, dict[int, float]]:
+) -> tuple[dict[SeriesKey, dict[int, float]], set[SeriesKey]]:
     """Per engine (``key``), each draft position's value: the position ``label`` an integer
-    below MAX_K, the one limit on k whatever the producer, so positions per engine stay bounded."""
+    below MAX_K, the one limit on k whatever the producer, so positions per engine stay bounded.
+    Also the engines that had a position beyond it (ignored here: for a producer whose totals are
+    the positions' sums, those engines' figures would miss them)."""
     out: dict[SeriesKey, dict[int, float]] = {}
+    beyond: set[SeriesKey] = set()
     for s in samples:
         raw = s.labels.get(label, "")
         # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
         if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
             warnings.append(f"{short(s)} has no integer {label} label; ignored")
             continue
+        k = key(s)
         if int(raw) >= config.MAX_K:
             warnings.append(f"{short(s)}: {label} {int(raw)} is beyond the largest k={config.MAX_K}; ignored")
+            beyond.add(k)
             continue
-        k = key(s)
         if not bounded(s, k, warnings, impossible):
             continue
         per = out.setdefault(k, {})
@@ -66,7 +70,7 @@ def positions(
             warnings.append(f"{short(s)} repeats a position; first value kept")
             continue
         per[int(raw)] = s.value
-    return out
+    return out, beyond
 
 
 def engine_id(labels: Mapping[str, str], identity: Iterable[str] = (), engine: str | None = config.LABEL_ENGINE) -> str:

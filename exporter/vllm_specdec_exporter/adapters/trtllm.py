@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .. import config
 from ..model import Counters, SeriesKey, Snapshot, series_name
 from ..parser import Exposition, Sample
 from .common import LabelledAdapter, bounded, positions, short
@@ -62,8 +63,8 @@ class TrtllmAdapter(LabelledAdapter):
             return None
         warnings: list[str] = []
         impossible: list[str] = []  # values no counter can hold: invariant violations
-        drafted = positions(exp.samples.get(DRAFTED, ()), LABEL_POSITION, self._key, warnings, impossible)
-        accepted = positions(exp.samples.get(ACCEPTED, ()), LABEL_POSITION, self._key, warnings, impossible)
+        drafted, beyond = positions(exp.samples.get(DRAFTED, ()), LABEL_POSITION, self._key, warnings, impossible)
+        accepted, beyond_accepted = positions(exp.samples.get(ACCEPTED, ()), LABEL_POSITION, self._key, warnings, impossible)
         generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
         iteration = {
             key
@@ -73,6 +74,9 @@ class TrtllmAdapter(LabelledAdapter):
         }
         engines: dict[SeriesKey, Counters] = {}
         for key in sorted(iteration | set(drafted) | set(accepted)):
+            if key in beyond | beyond_accepted:  # its totals are the positions' sums: they would miss some
+                warnings.append(f"{series_name(key)}: a position beyond the largest k={config.MAX_K}; engine left out")
+                continue
             d, a = drafted.get(key, {}), accepted.get(key, {})
             if not d:
                 warnings.append(

@@ -99,7 +99,8 @@ class VllmV1Adapter:
         totals = [_collect(exp.samples.get(n, ()), warnings, impossible) for n in _TOTALS]
         generation = _collect(exp.samples.get(config.VLLM_V1_GENERATION_TOKENS, ()), warnings, impossible)
 
-        per_pos = positions(
+        # A position beyond MAX_K is a bad series of its own: the engine's totals are its own counters.
+        per_pos, _ = positions(
             exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS, ()), config.LABEL_POSITION, _key, warnings, impossible
         )
         histograms, histogram_family = _histograms(exp, warnings)
@@ -109,7 +110,7 @@ class VllmV1Adapter:
         # engine without it was cut off (truncated or partial scrape); so is every engine
         # of a payload cut at max_samples (prometheus_client writes the positions last:
         # a cut before them read every engine as k=0).
-        positions_expected = bool(per_pos) or exp.cut_at is not None
+        positions_expected = bool(exp.samples.get(config.VLLM_V1_ACCEPTED_PER_POS)) or exp.cut_at is not None
         engines: dict[SeriesKey, Counters] = {}
         keys = set().union(*totals, per_pos)
         for key in sorted(keys):  # label values are strings: any of them sorts

@@ -26,7 +26,7 @@ from .load import WebConfig
 # addresses can keep queued: a bound on checks in all let 8 addresses refuse it every time.
 BCRYPT_MAX_PENDING_PER_CLIENT = 4
 BCRYPT_MAX_CLIENTS = 32  # ~3-6 s of checks ahead at most: inside a scrape timeout
-BCRYPT_MAX_PASSWORD_BYTES = 72  # bcrypt reads no more; no hash can match a longer one (Go's bcrypt refuses it too)
+BCRYPT_MAX_PASSWORD_BYTES = 72  # what bcrypt reads of a password
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,11 @@ class Authenticator:
             user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError):
             return None
-        if len(password.encode()) > BCRYPT_MAX_PASSWORD_BYTES:  # bcrypt 5 raises on it (a 500): refused
-            return None
         hashed = cfg.users.get(user, cfg.fake_hash)
         digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password.encode())), hashlib.sha256).digest()
-        return Credentials(user, password.encode(), hashed, user in cfg.users, digest)
+        # bcrypt reads the first 72 bytes (htpasswd hashed no more, and Go's bcrypt, so exporter-toolkit,
+        # compares no more); bcrypt 5 raises on a longer one, a 500 before any check.
+        return Credentials(user, password.encode()[:BCRYPT_MAX_PASSWORD_BYTES], hashed, user in cfg.users, digest)
 
     def cached(self, creds: Credentials) -> bool:
         """Checked successfully before (no bcrypt needed)."""

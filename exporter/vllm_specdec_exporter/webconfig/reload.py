@@ -40,7 +40,9 @@ def weakenings(old: WebConfig, new: WebConfig) -> list[str]:
             out.append(f"lower the TLS version floor ({tls_name(o.minimum_version)} -> {tls_name(n.minimum_version)})")
         if n and n.maximum_version < o.maximum_version:
             out.append(f"lower the TLS version ceiling ({tls_name(o.maximum_version)} -> {tls_name(n.maximum_version)})")
-        added = sorted({c["name"] for c in n.get_ciphers()} - {c["name"] for c in o.get_ciphers()}) if n else []
+        # TLS 1.3's suites are fixed: only where the new config lets TLS 1.2 in do its suites count.
+        tls12 = n is not None and n.minimum_version <= ssl.TLSVersion.TLSv1_2
+        added = sorted({c["name"] for c in n.get_ciphers()} - {c["name"] for c in o.get_ciphers()}) if n and tls12 else []
         if added:
             go_names = {v: k for k, v in CIPHERS.items()}
             out.append(f"allow cipher suites not allowed before ({', '.join(go_names.get(c, c) for c in added)})")

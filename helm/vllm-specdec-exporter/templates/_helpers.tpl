@@ -245,7 +245,7 @@ the exporter refuses the rest at start-up (an unknown name, a shipped profile fo
 {{- /* The exporter's largest k (generated); an include of the older form passes no .Files: not checked. */}}
 {{- $maxK := 0 }}
 {{- with .Files }}{{ $maxK = (.Get "files/rule-defaults.yaml" | fromYaml).maxK }}{{ end }}
-{{- if and $maxK (not (kindIs "invalid" $k)) (not (and (regexMatch "^[0-9]+$" (toString $k)) (ge (int $k) 1) (le (int $k) (int $maxK)))) }}
+{{- if and $maxK (not (kindIs "invalid" $k)) (not (and (regexMatch "^[1-9][0-9]*$" (toString $k)) (ge (int $k) 1) (le (int $k) (int $maxK)))) }}
 {{- fail (printf "vllm.speculativeConfig: num_speculative_tokens %v is not an integer from 1 to %v (the exporter's largest k): it would refuse --vllm.k at start-up" (trunc 100 (toString $k)) $maxK) }}
 {{- end }}
 {{- if and $profile $k }}
