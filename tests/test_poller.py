@@ -1196,60 +1196,41 @@ def test_a_k_beyond_the_rules_coverage_is_exported_with_one_warning(k, warned, c
 def test_an_answer_that_is_not_readable_http_is_the_targets_http_error_not_ours(answer):
     """Found attacking the sidecar: endless headers were counted result="error" (the category of the
     sidecar's own faults) with aiohttp's "400, Too many headers" (as if the target had answered 400)."""
+    failed = asyncio.run(refused_fetch(answer, "pw123456789"))
+    assert failed.kind == "http_error", failed
+    assert "sent an answer that is not readable HTTP" in str(failed) and "pw123456789" not in str(failed)
+    assert len(str(failed)) < 300 and "\n" not in str(failed), str(failed)[:500]
+
+
+async def refused_fetch(answer: bytes, password: str):
+    """The SourceError of fetching, as u:``password``, from a server that answers ``answer`` and hangs up."""
     from vllm_specdec_exporter.sources import SourceError, fetch_metrics
 
-    async def go():
-        async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(answer)
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
-            writer.close()
+    async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
 
-        server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with aiohttp.ClientSession() as session:
-                with pytest.raises(SourceError) as failed:
-                    await fetch_metrics(session, f"http://u:pw123456789@127.0.0.1:{port}/metrics", timeout=10)
-        finally:
-            server.close()
-            await server.wait_closed()
-        assert failed.value.kind == "http_error", failed.value
-        assert "sent an answer that is not readable HTTP" in str(failed.value) and "pw123456789" not in str(failed.value)
-        assert len(str(failed.value)) < 300 and "\n" not in str(failed.value), str(failed.value)[:500]
-
-    asyncio.run(go())
+    server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(SourceError) as failed:
+                await fetch_metrics(session, f"http://u:{password}@127.0.0.1:{port}/metrics", timeout=10)
+    finally:
+        server.close()
+        await server.wait_closed()
+    return failed.value
 
 
 def test_a_password_echoed_in_an_unreadable_answer_is_scrubbed_before_it_is_cut():
     """helper-30: the quoted answer was cut to 120 characters before the URL's password was scrubbed,
     and scrub matches a secret's first 8+ characters: a password cut at the edge leaked its first 7."""
-    from vllm_specdec_exporter.sources import SourceError, fetch_metrics
-
     secret = "Zq7xKw9mPassw0rd"
-
-    async def go(pad: int) -> str:
-        async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 " + b"x" * pad + secret.encode() + b"\r\n\r\n")
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
-            writer.close()
-
-        server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with aiohttp.ClientSession() as session:
-                with pytest.raises(SourceError) as failed:
-                    await fetch_metrics(session, f"http://u:{secret}@127.0.0.1:{port}/metrics", timeout=10)
-        finally:
-            server.close()
-            await server.wait_closed()
-        return str(failed.value)
-
     for pad in range(60, 130, 3):
-        message = asyncio.run(go(pad))
+        message = str(asyncio.run(refused_fetch(b"HTTP/1.1 " + b"x" * pad + secret.encode() + b"\r\n\r\n", secret)))
         assert secret[:3] not in message, (pad, message)
 
 
