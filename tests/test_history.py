@@ -377,7 +377,7 @@ def test_a_start_time_that_creeps_forward_by_microseconds_is_the_same_start():
 def test_a_start_time_that_moves_at_every_poll_never_adds_the_engines_life(moved):
     """helper-28: 100,000 lifetime drafts at 100 a second, _created later at every poll (a relay
     stamping it, or jitter beyond the slack): 1 M drafts read in 1m as each poll "restarted". Now
-    nothing is added and every other poll is inconsistent (TargetInconsistent's share is 0.4)."""
+    nothing is added and every poll after the first is inconsistent (TargetInconsistent's share is 0.4)."""
     h = TargetHistory([("1m", 60.0)], 3600.0)
     life = lambda n: replace(c(100_000 + 500 * n), started=1.7e9 + n * moved)
     h.observe(0.0, {KEY: life(0)})
@@ -386,7 +386,19 @@ def test_a_start_time_that_moves_at_every_poll_never_adds_the_engines_life(moved
         got = h.observe(5.0 * n, {KEY: life(n)})
         assert not got.restarted and KEY not in got.increments, (n, got)
         said += [why for _, why in got.inconsistent]
-    assert len(said) == 6 and all(why.startswith("a later start time (_created) at each poll") for why in said), said
+    assert len(said) == 11 and all(why.startswith("a later start time (_created) at each poll") for why in said), said
+
+
+def test_two_restarts_in_a_row_the_second_kept_counts_from_it():
+    """helper-31 (hypothesis): a process started at +2 ahead of the base, then one started at +7 ahead
+    of it, kept by the next polls. The first was never kept (lost, said); the second was read as plain
+    growth from its own first reading, its 3,000 drafts never counted. Now it waits for its poll."""
+    h = TargetHistory([("1h", 3600.0)], 4000.0)
+    polls = [(1000, -100.0), (2000, 2.0), (3000, 7.0), (3100, 7.0), (3200, 7.0)]
+    got = [h.observe(5.0 * i, {KEY: _life(d, s)}) for i, (d, s) in enumerate(polls)]
+    assert [bool(o.restarted) for o in got] == [False, False, False, True, False]
+    assert got[2].inconsistent and not got[3].inconsistent
+    assert h.window("1h").engines[KEY].drafts == 3000 + 100 + 100
 
 
 def test_a_rollouts_old_and_new_replicas_alternating_in_pairs_are_each_counted_once():

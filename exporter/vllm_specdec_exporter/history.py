@@ -334,15 +334,18 @@ class TargetHistory:
                 self._add(e, key, now, increments)
                 e.rebase(now, t)
                 e.held = None if held else e.held
+            elif pending is not None and grew:
+                # Another later start time, the last one not kept: said, and this one waits in its turn
+                # for a poll that keeps it (one stamped at each scrape never is: nothing is ever added).
+                inconsistent.append((key, MOVING_START))
+                e.pending, e.pending_kind = now, GREW_PAST
+                continue
             elif pending is not None:
                 # Two odd polls in a row: this one is the new base, nothing is added.
-                inconsistent.append((key, MOVING_START if grew else verdict if verdict != RESTART else kind))
+                inconsistent.append((key, verdict if verdict != RESTART else kind))
                 if now.k != e.total.k:
                     self._new_total(e, now.k)
                 e.rebase(now, t)
-                if grew:  # nothing counted of the counters: nor of the series beside them
-                    self._rebase_sides(e, now)
-                    continue
             else:
                 e.pending, e.pending_kind = now, GREW_PAST if grew else verdict
                 if e.pending_kind not in (RESTART, GREW_PAST):
