@@ -220,7 +220,7 @@ FAMILIES: dict[str, Family] = {
             "exporter_served_models_failures",
             "counter",
             (T,),
-            "Reads of a vLLM target's /v1/models that failed (profiles are then matched by the served name alone).",
+            "Reads of a vLLM target's /v1/models that failed, or were due and not made for want of the poll's time (profiles are then matched by the served name alone).",
         ),
         Family(
             "exporter_connections_evicted",

@@ -189,7 +189,15 @@ class TargetPoller:
         # Within the poll's own timeout, not a second one: a slow /v1/models read at every poll (model
         # names that churn ask for it each time) made each poll last twice its timeout.
         left = self.settings.poll_timeout - (now - poll_started)
-        if not (stale or self._served_due or names - self._served_asked) or left < config.SERVED_MODELS_MIN_SECONDS:
+        if not (stale or self._served_due or names - self._served_asked):
+            return
+        if left < config.SERVED_MODELS_MIN_SECONDS:  # asked again next poll; said, not silently never read
+            self.view = replace(self.view, served_models_failures=self.view.served_models_failures + 1)
+            self._warn_once(
+                f"{MODELS_PATH}: not read, the payload took the poll's timeout ({self.settings.poll_timeout:g} s); "
+                "baseline profiles are matched by the served name alone",
+                "served_models_unread",
+            )
             return
         self._served_read_at, self._served_due, self._served_asked = now, False, names
         try:
