@@ -75,14 +75,15 @@ def choose(accept: str) -> tuple[Encoder, str]:
     honour (version 0.0.1) or cannot read ('version=abc') passes to the next. choose_encoder
     alone reads the items as sent and ignores q-values ('application/openmetrics-text;q=0' got
     OpenMetrics), and an unreadable version raised out of the handler: a 500."""
+    items = _weighted(accept)
     ranked = sorted(
-        ((weight, f"{name};{params}" if params else name) for name, params, weight in _weighted(accept)),
+        ((weight, f"{name};{params}" if params else name) for name, params, weight in items),
         key=lambda ranked_item: -ranked_item[0],
     )
     chosen, content_type = text_format.choose_encoder("")  # the text format, when nothing else is
     # RFC 9110: the most specific item wins, so "*/*, text/plain;q=0" refuses text and takes
     # OpenMetrics (unless that is refused too: then nothing is acceptable, and text is the default).
-    refused = {name for name, _, weight in _weighted(accept) if weight <= 0}
+    refused = {name for name, _, weight in items if weight <= 0}
     for weight, item in ranked:
         kind = item.split(";", 1)[0]
         if weight <= 0 or kind not in _SERVED_FORMATS or ("text/plain" in refused and kind == "text/*"):

@@ -63,8 +63,8 @@ class TrtllmAdapter(LabelledAdapter):
             return None
         warnings: list[str] = []
         impossible: list[str] = []  # values no counter can hold: invariant violations
-        drafted, beyond = positions(exp.samples.get(DRAFTED, ()), LABEL_POSITION, self._key, warnings, impossible)
-        accepted, beyond_accepted = positions(exp.samples.get(ACCEPTED, ()), LABEL_POSITION, self._key, warnings, impossible)
+        drafted, drafted_beyond = positions(exp.samples.get(DRAFTED, ()), LABEL_POSITION, self._key, warnings, impossible)
+        accepted, accepted_beyond = positions(exp.samples.get(ACCEPTED, ()), LABEL_POSITION, self._key, warnings, impossible)
         generation = self._per_key(exp.samples.get(GENERATION, ()), warnings, impossible)
         iteration = {
             key
@@ -72,9 +72,10 @@ class TrtllmAdapter(LabelledAdapter):
             for s in exp.samples.get(n, ())
             if bounded(s, key := self._key(s), warnings, impossible)
         }
+        beyond = drafted_beyond | accepted_beyond
         engines: dict[SeriesKey, Counters] = {}
         for key in sorted(iteration | set(drafted) | set(accepted)):
-            if key in beyond | beyond_accepted:  # its totals are the positions' sums: they would miss some
+            if key in beyond:  # its totals are the positions' sums: they would miss some
                 warnings.append(f"{series_name(key)}: a position beyond the largest k={config.MAX_K}; engine left out")
                 continue
             d, a = drafted.get(key, {}), accepted.get(key, {})
