@@ -56,13 +56,6 @@ def started_elsewhen(base: Counters, now: Counters) -> bool | None:
     return abs(now.started - base.started) >= config.START_TIME_SLACK_SECONDS
 
 
-def grew_past(base: Counters, now: Counters) -> bool:
-    """A later start time whose counters went on from the last reading: a restart only if the
-    next reading keeps that start time (the sidecar waits a poll for it, as for a restart read
-    from the counters); one stamped at each scrape would add the engine's whole life each poll."""
-    return bool(started_elsewhen(base, now)) and now.drafts >= base.drafts
-
-
 def classify(base: Counters, now: Counters, seconds: float) -> str:
     """CONSISTENT, RESTART, or why the pair is inconsistent (a fixed phrase): the one reading
     of two samples of an engine, for the sidecar's polls (history.py) and diff's dumps

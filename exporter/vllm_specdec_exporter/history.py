@@ -50,7 +50,6 @@ from .derive import (
     classify,
     delta,
     difference,
-    grew_past,
     started_elsewhen,
     sum_counters,
 )
@@ -299,12 +298,12 @@ class TargetHistory:
             verdict = classify(e.base, now, t - e.base_t)
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
-            twin = bool(started_elsewhen(e.base, now))
             # A later start time with the counters gone on: a restart once a later poll keeps it (a
             # start time that moves at every poll, stamped at each scrape, would add the engine's
             # whole life each time), or at once when it is one held before (two servers behind one URL).
-            grew = verdict == STARTED_AGAIN and grew_past(e.base, now)
-            earlier = e.seen_before(now) if twin else None
+            grew = verdict == STARTED_AGAIN and now.drafts >= e.base.drafts
+            # A process counted before (the base's own is one, but its verdict is not CONSISTENT).
+            earlier = e.seen_before(now)
             held = (
                 e.held is not None
                 and started_elsewhen(e.held, now) is False
