@@ -476,3 +476,13 @@ def test_a_process_seen_before_is_known_within_the_start_time_slack():
         return h.window("1h").engines[KEY].drafts
 
     assert drafted(True) == drafted(False) == 3800
+
+
+def test_a_start_time_below_the_one_waiting_to_be_kept_is_a_restart_at_once():
+    """helper-31's model, rerun on reading the change again: starts at -10, +2, +7, +12 with 0, 2,
+    2 and 1 drafts. The last is below the reading waiting to be kept (2 at +7): a restart at once,
+    its 1 draft counted. It was judged against the base (0 drafts), called a moving start, lost."""
+    h = TargetHistory([("1h", 3600.0)], 4000.0)
+    got = [h.observe(5.0 * i, {KEY: _life(d, 1.7e9 + s)}) for i, (d, s) in enumerate([(0, -10), (2, 2), (2, 7), (1, 12)])]
+    assert [bool(o.restarted) for o in got] == [False, False, False, True]
+    assert h.window("1h").engines[KEY].drafts == 1

@@ -298,10 +298,12 @@ class TargetHistory:
             verdict = classify(e.base, now, t - e.base_t)
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
-            # A later start time with the counters gone on: a restart once a later poll keeps it (a
-            # start time that moves at every poll, stamped at each scrape, would add the engine's
-            # whole life each time), or at once when it is one held before (two servers behind one URL).
-            grew = verdict == STARTED_AGAIN and now.drafts >= e.base.drafts
+            # A later start time with the counters gone on from the last reading (the one waiting to be
+            # kept, if any; below it, a restart at once): a restart once a later poll keeps it (a start
+            # time that moves at every poll, stamped at each scrape, would add the engine's whole life
+            # each time), or at once when it is one held before (two servers behind one URL).
+            last = pending if pending is not None and kind == GREW_PAST else e.base
+            grew = verdict == STARTED_AGAIN and now.drafts >= last.drafts
             # A process counted before (the base's own is one, but its verdict is not CONSISTENT).
             earlier = e.seen_before(now)
             held = (
