@@ -96,10 +96,8 @@ MIN_POLL_INTERVAL_SECONDS = 0.1
 # per second since the last poll, is inconsistent (history.py);
 # VLLMSpecDecodeTargetInconsistent says so if it lasts.
 MAX_DRAFTS_PER_SECOND = 250_000
-# An engine's start time (vLLM's _created) that moved by less than this is the same start: a
-# restart needs the old process read first and the new one loaded since (seconds at least), so a
-# smaller move is a producer's jitter or rounding, never a restart (each read as one added the
-# engine's whole life to the windows: 1 ms of jitter at 100 drafts/s read 1 M drafts in 1m).
+# Start times (_created) closer than this are one start: a restart reads the old process, then
+# loads the new one (seconds); a smaller move is jitter (read as restarts, it added whole lives).
 START_TIME_SLACK_SECONDS = 1.0
 # Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut
 # to this many characters, and a target remembers (to log each once) at most
@@ -311,9 +309,7 @@ IDLE_TIMEOUT_SECONDS = 75.0
 # polls and files, so accept() never runs out of descriptors. At the cap a connection still
 # sending its headers, or else the quietest, is closed, so a probe always gets in.
 MAX_CONNECTIONS = 512
-# ... but not one accepted this recently while an idle keep-alive one can go instead: a client
-# sends its headers at once, and a probe accepted in the same batch as a flood's reconnections
-# was the oldest still sending them (1 of 30 probes reset beside 600 keep-alive clients).
+# ... not one accepted this recently while an idle one can go (a probe among a flood's reconnections).
 EVICTION_GRACE_SECONDS = 1.0
 FD_RESERVE = 64
 # Connections asyncio accepts per loop tick. An accepted socket reaches the cap's

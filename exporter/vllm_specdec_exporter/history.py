@@ -58,10 +58,7 @@ from .model import Counters, RequestHistogram, SeriesKey
 Totals = Mapping[SeriesKey, Counters]
 
 GREW_PAST = "grew past"  # a pending poll: a later start time with the counters gone on, not yet kept
-# Said when a later start time with the counters gone on is not kept by the next poll either.
-MOVING_START = (
-    "a later start time (_created) at each poll while the counters go on: not a restart (a start time stamped at each scrape?)"
-)
+MOVING_START = "a later start time (_created) at each poll, the counters going on: no restart (stamped at each scrape?)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +285,7 @@ class TargetHistory:
             e.seen = t
             confirmed = False
             if e.pending is not None and e.pending_kind == GREW_PAST and started_elsewhen(e.pending, now) is False:
-                # A later start time with the counters gone on, kept by this poll: a restart, whatever
-                # the counters did since (a glitch is judged against it below). Everything since it.
+                # Its start time kept by this poll: a restart, whatever the counters did since (judged below).
                 confirmed = True
                 restarted.append(key)
                 self._add(e, key, e.pending, increments)
@@ -298,10 +294,8 @@ class TargetHistory:
             verdict = classify(e.base, now, t - e.base_t)
             pending, kind = e.pending, e.pending_kind
             e.pending, e.pending_kind = None, ""
-            # A later start time with the counters gone on from the last reading (the one waiting to be
-            # kept, if any; below it, a restart at once): a restart once a later poll keeps it (a start
-            # time that moves at every poll, stamped at each scrape, would add the engine's whole life
-            # each time), or at once when it is one held before (two servers behind one URL).
+            # Grown past the last reading (the one waiting to be kept, if any): a restart once a later poll
+            # keeps its start time (one stamped at each scrape never is), or at once if held before.
             last = pending if pending is not None and kind == GREW_PAST else e.base
             grew = verdict == STARTED_AGAIN and now.drafts >= last.drafts
             # A process counted before (the base's own is one, but its verdict is not CONSISTENT).
@@ -328,16 +322,14 @@ class TargetHistory:
             elif (verdict == STARTED_AGAIN and (not grew or held)) or (
                 pending is not None and kind == RESTART and classify(pending, now, t - e.base_t) == CONSISTENT
             ):
-                # A restart known from the engine's start time (vLLM's _created), or one the next poll
-                # confirmed: everything counted since it is new.
+                # A restart known from the start time (_created), or one the next poll confirmed: all of it new.
                 confirmed = True
                 restarted.append(key)
                 self._add(e, key, now, increments)
                 e.rebase(now, t)
                 e.held = None if held else e.held
             elif pending is not None and grew:
-                # Another later start time, the last one not kept: said, and this one waits in its turn
-                # for a poll that keeps it (one stamped at each scrape never is: nothing is ever added).
+                # Another later start time, the last not kept: said; this one waits in its turn to be kept.
                 inconsistent.append((key, MOVING_START))
                 e.pending, e.pending_kind = now, GREW_PAST
                 continue
