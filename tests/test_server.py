@@ -547,34 +547,3 @@ def test_tls_connections_that_never_finish_the_handshake_are_closed(tmp_path):
     finally:
         serve.stop()
     assert all(w is not None and w < HEADER_TIMEOUT + 1 for w in waited), waited
-
-
-class _Conn:
-    """A connection as the pool sees it: still sending its first headers or not, and since when."""
-
-    def __init__(self, name: str, waiting: bool, active: float):
-        self.name, self.waiting, self.active, self.aborted = name, waiting, active, False
-
-    def abort(self) -> None:
-        self.aborted = True
-
-
-@pytest.mark.parametrize("conns, now, victim", [
-    # a slowloris past the grace goes first, before any idle keep-alive connection
-    ([("idle", False, 1.0), ("slow", True, 5.0), ("fresh", True, 9.9)], 10.0, "slow"),
-    # helper-29: a probe just accepted beside a flood's idle keep-alive connections was closed
-    # (the oldest still sending headers); the quietest idle one goes instead
-    ([("idle-old", False, 1.0), ("idle-new", False, 8.0), ("probe", True, 9.8)], 10.0, "idle-old"),
-    # nothing idle: the oldest still sending headers, however fresh
-    ([("a", True, 9.5), ("b", True, 9.9)], 10.0, "a"),
-])
-def test_at_the_cap_the_pool_closes_a_slowloris_then_the_quietest_idle_one(conns, now, victim):
-    from vllm_specdec_exporter.server import Pool
-
-    pool = Pool(len(conns))
-    made = [_Conn(*c) for c in conns]
-    for c in made:
-        pool.conns[c] = None
-    pool.evict(now)
-    assert [c.name for c in made if c.aborted] == [victim] and pool.evicted == 1
-    assert victim not in [c.name for c in pool.conns]

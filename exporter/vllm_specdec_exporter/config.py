@@ -306,11 +306,9 @@ ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
 HEADER_TIMEOUT_SECONDS = 5.0
 IDLE_TIMEOUT_SECONDS = 75.0
 # Concurrent connections; also kept below the open-file limit minus a reserve for
-# polls and files, so accept() never runs out of descriptors. At the cap a connection still
-# sending its headers, or else the quietest, is closed, so a probe always gets in.
+# polls and files, so accept() never runs out of descriptors. At the cap the quietest
+# connection (one still sending headers first) is closed, so a probe always gets in.
 MAX_CONNECTIONS = 512
-# ... not one accepted this recently while an idle one can go (a probe among a flood's reconnections).
-EVICTION_GRACE_SECONDS = 1.0
 FD_RESERVE = 64
 # Connections asyncio accepts per loop tick. An accepted socket reaches the cap's
 # check a tick later and an evicted one frees its descriptor a tick after that, so

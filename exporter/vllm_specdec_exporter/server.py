@@ -10,8 +10,8 @@ and aiohttp's handler that
   within ``HEADER_TIMEOUT_SECONDS`` (slowloris); aiohttp's keep-alive timeout bounds
   the wait for every later request;
 - counts connections against a cap kept below the open-file limit: at the cap the
-  oldest connection still sending its headers past a grace (else the idle one quiet the
-  longest) is closed, so a probe always gets in and accept() never runs out of descriptors;
+  oldest connection still sending its headers (else the one quiet the longest) is
+  closed, so a probe always gets in and accept() never runs out of descriptors;
 - checks ``client_allowed_sans`` once the handshake is done.
 
 accept() errors (out of descriptors anyway, e.g. a limit shared with something
@@ -67,22 +67,15 @@ class Pool:
         self.conns: dict[_Watch, None] = {}  # insertion order: oldest first
         self.evicted = 0
 
-    def add(self, conn: _Watch, now: float) -> None:
+    def add(self, conn: _Watch) -> None:
         if len(self.conns) >= self.limit:
-            self.evict(now)
+            self.evict()
         self.conns[conn] = None
 
-    def evict(self, now: float) -> None:
-        """Close one: the oldest still sending its first headers past the grace (slowloris), else the
-        idle keep-alive one quiet the longest, else the oldest still sending them."""
+    def evict(self) -> None:
         if not self.conns:
             return
-        waiting = [c for c in self.conns if c.waiting]  # oldest first
-        idle = [c for c in self.conns if not c.waiting]
-        if waiting and now - waiting[0].active >= config.EVICTION_GRACE_SECONDS:
-            victim = waiting[0]
-        else:
-            victim = min(idle, key=lambda c: c.active) if idle else waiting[0]
+        victim = next((c for c in self.conns if c.waiting), None) or min(self.conns, key=lambda c: c.active)
         self.conns.pop(victim, None)
         self.evicted += 1
         victim.abort()
@@ -112,7 +105,7 @@ class _Watch(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.raw, self.active = raw, loop.time()
         self._timer = loop.call_later(self.site.limits.header_timeout, self._too_slow)
-        self.site.pool.add(self, self.active)
+        self.site.pool.add(self)
 
     def closed(self) -> None:
         self.site.pool.conns.pop(self, None)
@@ -314,7 +307,7 @@ def install_accept_error_handler(loop: asyncio.AbstractEventLoop, pool: Pool) ->
         now = loop.time()
         if now - state["evicted"] >= 0.1:
             state["evicted"] = now
-            pool.evict(now)
+            pool.evict()
         if now - state["logged"] < config.ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
             state["suppressed"] += 1
             return
