@@ -23,7 +23,7 @@ from http_fixtures import LoopbackServer, prom
 from prom_harness import wait_for
 from security_harness import Serve, bcrypt_hash, get, get_full, make_pki, start_exporter, tls_client, tls_status, write_web_config
 from seed_records import render_dump
-from vllm_specdec_exporter import config
+from vllm_specdec_exporter import poller
 
 TOKEN = "sk-vllm-7f3c9e1d2b4a6085"
 
@@ -159,7 +159,7 @@ def test_a_bad_bearer_token_file_fails_its_polls_and_stalls_nothing(tmp_path):
     fails with a line naming the file, while /healthz answers and the good target is polled (the
     FIFO's open blocked the event loop: the port never opened; a 300 MB file held it minutes)."""
     os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "big").write_bytes(b"x" * (config.MAX_BEARER_TOKEN_BYTES + 1))
+    (tmp_path / "big").write_bytes(b"x" * (poller.MAX_BEARER_TOKEN_BYTES + 1))
     (tmp_path / "two-lines").write_text(TOKEN + "\nX-Injected: 1\n")
     (tmp_path / "token").write_text(TOKEN + "\n")
     with LoopbackServer(lambda n: prom(render_dump({"drafts": 100 * (n + 1), "draft_tokens": 200 * (n + 1),
@@ -178,7 +178,7 @@ def test_a_bad_bearer_token_file_fails_its_polls_and_stalls_nothing(tmp_path):
             assert get_ok(f"{base}/healthz", None)
         finally:
             logs = server.stop()
-    assert "is not a regular file (a FIFO)" in logs and f"is larger than {config.MAX_BEARER_TOKEN_BYTES:,} bytes" in logs
+    assert "is not a regular file (a FIFO)" in logs and f"is larger than {poller.MAX_BEARER_TOKEN_BYTES:,} bytes" in logs
     assert "not one line of printable UTF-8" in logs and TOKEN not in logs and "Traceback" not in logs
 
 

@@ -69,8 +69,6 @@ DEFAULT_STALENESS = "60s"
 # Largest k accepted. vLLM's largest real k is about 10; position series at or
 # beyond this are refused with a warning, so positions per engine are bounded.
 MAX_K = 64
-# A bearer_token_file, re-read each poll: a Kubernetes service-account token is 1-2 KB.
-MAX_BEARER_TOKEN_BYTES = 64 << 10
 # A counter value above 2**53 cannot count by one any more (float64), and sums of
 # such values could overflow to +Inf: a series above it is refused as not a counter.
 MAX_COUNTER_VALUE = float(2**53)
@@ -99,16 +97,14 @@ MAX_DRAFTS_PER_SECOND = 250_000
 # Start times (_created) closer than this are one start: a restart reads the old process, then
 # loads the new one (seconds); a smaller move is jitter (read as restarts, it added whole lives).
 START_TIME_SLACK_SECONDS = 1.0
-# Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut
-# to this many characters, and a target remembers (to log each once) at most
-# WARNINGS_REMEMBERED of them, as 16-byte digests: ~100 KB whatever the labels. Once that
-# many were logged, new ones are counted (..._exporter_warnings_suppressed_total), not logged.
+# Upstream warnings quote label values (a duplicate series, a TRT-LLM value): each is cut to
+# this many characters; a target logs each once, remembering WARNINGS_REMEMBERED as 16-byte
+# digests (~100 KB), then counts new ones (..._exporter_warnings_suppressed_total), unlogged.
 MAX_WARNING_CHARS = 1000
 WARNINGS_REMEMBERED = 1000
-# Samples of the spec-decode families read per engine held, at most: k positions and a
-# few counters (vLLM V1 has four; the other producers fewer). A parse stops reading a
-# payload past max_series_per_target x this (the rest could not be held anyway), which
-# bounds a hostile payload's parse time and memory whatever its size (parser.parse).
+# Samples of the spec-decode families read per engine held, at most: k positions and a few
+# counters (vLLM V1 has four). A parse stops past max_series_per_target x this (the rest could
+# not be held anyway): a hostile payload's parse time and memory are bounded (parser.parse).
 MAX_SAMPLES_PER_ENGINE = MAX_K + 8
 # An engine's per-request histogram buckets, at most (vLLM's: 21; each poll's copy is kept for an hour).
 MAX_REQUEST_HISTOGRAM_BUCKETS = 64
@@ -118,7 +114,6 @@ MAX_REQUEST_HISTOGRAM_BUCKETS = 64
 VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
 SERVED_MODELS_REFRESH_SECONDS = 300.0
 MAX_SERVED_MODELS_BYTES = 1024 * 1024
-SERVED_MODELS_MIN_SECONDS = 0.2  # the poll's time left under which /v1/models waits for the next poll
 # Where a payload is parsed, per target by its own cost (parse_pool.read): on the event loop
 # while its parses cost under PARSE_ON_LOOP_SECONDS (a real TP=8/DP=8 payload, 0.36 MB: ~0.6 ms)
 # and it is at most PARSE_ON_LOOP_MAX_BYTES (not yet measured: PARSE_IN_WORKER_BYTES); otherwise

@@ -35,6 +35,9 @@ from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows
 
 log = structlog.get_logger("vllm_specdec_exporter")
 
+MAX_BEARER_TOKEN_BYTES = 64 << 10  # re-read each poll: a Kubernetes service-account token is 1-2 KB
+SERVED_MODELS_MIN_SECONDS = 0.2  # the poll's time left under which /v1/models waits for the next poll
+
 POLL_RESULTS = (
     "success",
     "http_error",
@@ -91,7 +94,7 @@ class TargetPoller:
         # Read on every poll so a rotated token is picked up; never logged. A regular file of at
         # most MAX_BEARER_TOKEN_BYTES, opened without blocking: a FIFO or a huge file stalled the loop.
         try:
-            raw = read_capped("bearer_token_file", self.target.bearer_token_file, config.MAX_BEARER_TOKEN_BYTES)
+            raw = read_capped("bearer_token_file", self.target.bearer_token_file, MAX_BEARER_TOKEN_BYTES)
         except ConfigError as e:
             raise SourceError(f"bearer_token_file: {e.message}", "error") from None
         try:
@@ -191,7 +194,7 @@ class TargetPoller:
         left = self.settings.poll_timeout - (now - poll_started)
         if not (stale or self._served_due or names - self._served_asked):
             return
-        if left < config.SERVED_MODELS_MIN_SECONDS:  # asked again next poll; said, not silently never read
+        if left < SERVED_MODELS_MIN_SECONDS:  # asked again next poll; said, not silently never read
             self.view = replace(self.view, served_models_failures=self.view.served_models_failures + 1)
             self._warn_once(
                 f"{MODELS_PATH}: not read, the payload took the poll's timeout ({self.settings.poll_timeout:g} s); "
