@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 from conftest import REPO
 from prom_harness import wait_for
-from security_harness import percentile, start_exporter, timed_get
+from security_harness import get, percentile, start_exporter, timed_get
 from vllm_specdec_exporter import config, server
 from vllm_specdec_exporter.parser import parse
 
@@ -63,6 +63,9 @@ INTERNALS = {
                                                      "pause_writing/resume_writing by _Watch",
     "asyncio.sslproto.SSLProtocol": "server.py _TLS: asyncio's TLS layer (not exported by asyncio), built with "
                                     "(loop, app_protocol, sslcontext, waiter, server_side=, ssl_handshake_timeout=)",
+    "aiohttp.web_protocol.RequestHandler._waiter/_messages": "server.py _Watch.idle: a connection is between "
+                                                             "requests when start() awaits _waiter, none queued "
+                                                             "(the connection cap closes those first)",
     "aiohttp.web_log.AccessLogger": "web.py: the runner's access_log_class (not exported by aiohttp.web)",
     "aiohttp.web_protocol.RequestHandler(logger=)": "web.py serve: the runner's logger is server.RequestLog; aiohttp "
                                                      "calls its exception(msg, remote, exc_info=exc) for a request it "
@@ -198,6 +201,17 @@ def test_sslprotocol_takes_the_arguments_server_py_passes():
     assert list(params)[:len(expected)] == expected, _changed("asyncio.sslproto.SSLProtocol", f"signature {list(params)}")
     for method in ("connection_made", "connection_lost"):
         assert callable(getattr(SSLProtocol, method, None)), _changed("asyncio.sslproto.SSLProtocol", method)
+
+
+def test_request_handler_waits_for_the_next_request_on_waiter_with_messages_queued():
+    from aiohttp import web_protocol
+
+    internal = "aiohttp.web_protocol.RequestHandler._waiter/_messages"
+    handler = web_protocol.RequestHandler
+    assert {"_waiter", "_messages"} <= set(handler.__slots__), _changed(internal, "no longer RequestHandler slots")
+    start = inspect.getsource(handler.start)
+    assert "if not self._messages:" in start and "await self._waiter" in start, _changed(internal, "start() changed")
+    assert "self._messages.append(" in inspect.getsource(handler.data_received), _changed(internal, "data_received")
 
 
 def test_access_logger_is_still_an_access_logger():
@@ -413,6 +427,103 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     assert evicted + timed_out >= closed >= 300, (evicted, timed_out, closed)  # every close counted
     assert oldest < HEADER_TIMEOUT + 1
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
+
+
+class KeepAliveFlood:
+    """``n`` keep-alive clients that send /healthz again as soon as an answer comes, and
+    reconnect at once when the server closes them."""
+
+    def __init__(self, port: int, n: int):
+        self.port, self.n = port, n
+        self.answers = self.closed = 0
+        self.stop = threading.Event()
+        self.sel = selectors.DefaultSelector()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _ask(self, s: socket.socket) -> bool:
+        try:
+            s.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            return True
+        except OSError:
+            return False
+
+    def _open(self) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        except OSError:
+            return
+        s.setblocking(False)
+        if self._ask(s):
+            self.sel.register(s, selectors.EVENT_READ)
+        else:
+            s.close()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for _ in range(self.n - len(self.sel.get_map())):
+                self._open()
+            for key, _ in self.sel.select(0.05):
+                try:
+                    answer = key.fileobj.recv(65536)
+                except OSError:
+                    answer = b""
+                self.answers += bool(answer)
+                if not answer or not self._ask(key.fileobj):
+                    self.sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    self.closed += 1
+
+    def __enter__(self) -> KeepAliveFlood:
+        self.thread.start()
+        wait_for(lambda: self.closed >= self.n, 30, f"the cap closing {self.n} flooding connections", step=0.1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+
+
+def _flood(port: int, n: int, stop, results) -> None:
+    with KeepAliveFlood(port, n) as flood:
+        results.send("started")
+        stop.wait(60)
+        results.send((flood.answers, flood.closed))
+
+
+@LATENCY
+def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap():
+    """300 keep-alive clients asking /healthz back to back, against a cap of 78 connections
+    (192 descriptors): the cap closes connections that were served, not a probe's new one.
+    It closed the oldest one still sending headers, else the quietest, which a probe being
+    answered is: 39 of 60 probes were reset at 120 clients, 60 of 60 at 300."""
+    serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
+    stop = multiprocessing.Event()
+    results, child_end = multiprocessing.Pipe(duplex=False)
+    flooder = multiprocessing.Process(target=_flood, args=(port, 300, stop, child_end))
+    flooder.start()
+    failed: list[str] = []
+    try:
+        assert results.poll(60) and results.recv() == "started"
+        for _ in range(40):
+            try:
+                if get(f"http://127.0.0.1:{port}/healthz", timeout=5)[0] != 200:
+                    failed.append("status")
+            except OSError as exc:
+                failed.append(type(exc).__name__)
+            time.sleep(0.05)
+        stop.set()
+        assert results.poll(30)
+        answers, closed = results.recv()
+    finally:
+        stop.set()
+        flooder.join(30)
+        serve.stop()
+    print(f"\nkeep-alive flood, 300 clients over a cap of 78: {answers} answers, {closed} closed; "
+          f"{len(failed)} of 40 probes failed")
+    assert closed >= 300 and answers >= 1000  # the flood was served and over the cap throughout
+    assert not failed, failed
 
 
 SHORT_IDLE = launcher(f"config.IDLE_TIMEOUT_SECONDS = {IDLE_TIMEOUT}")

@@ -301,8 +301,8 @@ ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
 HEADER_TIMEOUT_SECONDS = 5.0
 IDLE_TIMEOUT_SECONDS = 75.0
 # Concurrent connections; also kept below the open-file limit minus a reserve for
-# polls and files, so accept() never runs out of descriptors. At the cap the quietest
-# connection (one still sending headers first) is closed, so a probe always gets in.
+# polls and files, so accept() never runs out of descriptors. At the cap a connection
+# that was served is closed first, so a probe gets in (server.Pool.evict says the order).
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64
 # Connections asyncio accepts per loop tick. An accepted socket reaches the cap's

@@ -226,7 +226,7 @@ FAMILIES: dict[str, Family] = {
             "exporter_connections_evicted",
             "counter",
             (),
-            "Client connections closed to stay within the connection cap (one waiting for its headers, else the idlest).",
+            "Client connections closed to stay within the connection cap (served keep-alive clients first).",
         ),
         Family(
             "exporter_connections_timed_out",

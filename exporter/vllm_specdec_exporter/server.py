@@ -9,9 +9,12 @@ and aiohttp's handler that
 - closes a connection whose TLS handshake and first request headers are not in
   within ``HEADER_TIMEOUT_SECONDS`` (slowloris); aiohttp's keep-alive timeout bounds
   the wait for every later request;
-- counts connections against a cap kept below the open-file limit: at the cap the
-  oldest connection still sending its headers (else the one quiet the longest) is
-  closed, so a probe always gets in and accept() never runs out of descriptors;
+- counts connections against a cap kept below the open-file limit, so accept() never
+  runs out of descriptors; at the cap one is closed, in this order (``Pool.evict``):
+  one idle between requests, one on a later request of a keep-alive client, the
+  oldest still sending its first headers, then one on its first request, each the
+  quietest first. A client that was served gives way to one that was not: a probe
+  (a new connection per request) gets in beside a keep-alive flood;
 - checks ``client_allowed_sans`` once the handshake is done.
 
 accept() errors (out of descriptors anyway, e.g. a limit shared with something
@@ -75,7 +78,7 @@ class Pool:
     def evict(self) -> None:
         if not self.conns:
             return
-        victim = next((c for c in self.conns if c.waiting), None) or min(self.conns, key=lambda c: c.active)
+        victim = min(self.conns, key=_Watch.eviction_order)
         self.conns.pop(victim, None)
         self.evicted += 1
         victim.abort()
@@ -92,18 +95,34 @@ class _Watch(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.handler: asyncio.Protocol | None = None
         self.waiting = True  # for the first request's headers
+        self.reused = False  # a request came after one was answered (keep-alive)
         self._head = b""
         self._timer: asyncio.TimerHandle | None = None
-        self.active = 0.0
+        self.opened_at = self.active = 0.0
 
     @property
     def connected(self) -> bool:
         return self.handler is not None
 
+    @property
+    def idle(self) -> bool:
+        """Between requests: aiohttp's handler waits for the next one, none queued."""
+        waiter = getattr(self.handler, "_waiter", None)
+        return waiter is not None and not waiter.done() and not getattr(self.handler, "_messages", True)
+
+    def eviction_order(self) -> tuple[int, float]:
+        """Lowest is closed first at the cap (the module's docstring says why)."""
+        if self.waiting:
+            return 2, self.opened_at
+        if self.idle:
+            return 0, self.active
+        return (1 if self.reused else 3), self.active
+
     def opened(self, raw: asyncio.Transport) -> None:
         """The socket is accepted (before any TLS handshake)."""
         loop = asyncio.get_running_loop()
-        self.raw, self.active = raw, loop.time()
+        self.raw, self.opened_at = raw, loop.time()
+        self.active = self.opened_at
         self._timer = loop.call_later(self.site.limits.header_timeout, self._too_slow)
         self.site.pool.add(self)
 
@@ -134,6 +153,7 @@ class _Watch(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.active = asyncio.get_running_loop().time()
         if self.handler is not None:
+            self.reused = self.reused or self.idle
             self.handler.data_received(data)
             return
         if self.transport is None:
