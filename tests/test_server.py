@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import multiprocessing
 import re
@@ -317,18 +318,74 @@ def nofile(limit: int):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
-class Slowloris:
+class _Clients:
+    """``n`` client connections driven by one thread; ``ready`` says when they are all at it."""
+
+    def __init__(self, port: int, n: int):
+        self.port, self.n = port, n
+        self.stop = threading.Event()
+        self.sel = selectors.DefaultSelector()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def report(self) -> tuple:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.thread.start()
+        wait_for(self.ready, 30, f"{self.n} {type(self).__name__} connections", step=0.1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+
+
+def _attack(clients: type[_Clients], port: int, n: int, stop, results) -> None:
+    with clients(port, n) as attack:
+        results.send("started")
+        stop.wait(60)
+        results.send(attack.report())
+
+
+@contextlib.contextmanager
+def attacker(clients: type[_Clients], port: int, n: int):
+    """``clients`` run from another process, as an attacker's would; yields a function that
+    stops them and returns their ``report()``."""
+    stop = multiprocessing.Event()
+    results, child_end = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.Process(target=_attack, args=(clients, port, n, stop, child_end))
+    process.start()
+
+    def finish() -> tuple:
+        stop.set()
+        assert results.poll(30)
+        return results.recv()
+
+    try:
+        assert results.poll(60) and results.recv() == "started"
+        yield finish
+    finally:
+        stop.set()
+        process.join(30)
+
+
+class Slowloris(_Clients):
     """Keeps ``n`` connections open that send request headers one line at a time and
     never finish them; reopens each one the server closes, and records how long the
     server let it live."""
 
     def __init__(self, port: int, n: int):
-        self.port, self.n = port, n
+        super().__init__(port, n)
         self.lifetimes: list[float] = []
         self.opened = 0
-        self.stop = threading.Event()
-        self.sel = selectors.DefaultSelector()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _open(self) -> None:
         s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
@@ -367,23 +424,11 @@ class Slowloris:
         now = time.monotonic()
         return [now - key.data for key in self.sel.get_map().values()]
 
-    def __enter__(self) -> Slowloris:
-        self.thread.start()
-        wait_for(lambda: self.opened >= self.n, 30, f"{self.n} slowloris connections", step=0.1)
-        return self
+    def ready(self) -> bool:
+        return self.opened >= self.n
 
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        for key in list(self.sel.get_map().values()):
-            key.fileobj.close()
-
-
-def _attack(port: int, n: int, stop, results) -> None:
-    with Slowloris(port, n) as attack:
-        results.send("started")
-        stop.wait(60)
-        results.send((max(attack.open_ages()), len(attack.lifetimes), max(attack.lifetimes, default=0.0)))
+    def report(self) -> tuple[float, int, float]:
+        return max(self.open_ages()), len(self.lifetimes), max(self.lifetimes, default=0.0)
 
 
 @LATENCY
@@ -393,28 +438,20 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     server closes each within the header timeout, its connection cap keeps it below
     the descriptor limit (no accept() errors), and /healthz answers throughout."""
     serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
-    stop = multiprocessing.Event()
-    results, child_end = multiprocessing.Pipe(duplex=False)
-    attacker = multiprocessing.Process(target=_attack, args=(port, 300, stop, child_end))
-    attacker.start()
     try:
-        assert results.poll(30) and results.recv() == "started"
-        latencies = []
-        started = time.monotonic()
-        while time.monotonic() - started < HEADER_TIMEOUT + 4:
-            latencies.append(timed_get(f"http://127.0.0.1:{port}/healthz", timeout=5))
-            time.sleep(0.05)
-        stop.set()
-        assert results.poll(30)
-        oldest, closed, longest = results.recv()
+        with attacker(Slowloris, port, 300) as finish:
+            latencies = []
+            started = time.monotonic()
+            while time.monotonic() - started < HEADER_TIMEOUT + 4:
+                latencies.append(timed_get(f"http://127.0.0.1:{port}/healthz", timeout=5))
+                time.sleep(0.05)
+            oldest, closed, longest = finish()
         # What the server did, on /metrics (they were counted and never exported before).
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
             samples = parse(resp.read()).samples
         evicted = samples["vllm_specdec_exporter_connections_evicted_total"][0].value
         timed_out = samples["vllm_specdec_exporter_connections_timed_out_total"][0].value
     finally:
-        stop.set()
-        attacker.join(30)
         logs = serve.stop()
     p99 = percentile(latencies, 99)
     print(f"\nslowloris, 300 half-open connections, fd limit 192: /healthz p50 {1000 * percentile(latencies, 50):.1f} ms, "
@@ -429,16 +466,13 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
 
 
-class KeepAliveFlood:
+class KeepAliveFlood(_Clients):
     """``n`` keep-alive clients that send /healthz again as soon as an answer comes, and
     reconnect at once when the server closes them."""
 
     def __init__(self, port: int, n: int):
-        self.port, self.n = port, n
+        super().__init__(port, n)
         self.answers = self.closed = 0
-        self.stop = threading.Event()
-        self.sel = selectors.DefaultSelector()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _ask(self, s: socket.socket) -> bool:
         try:
@@ -473,23 +507,11 @@ class KeepAliveFlood:
                     key.fileobj.close()
                     self.closed += 1
 
-    def __enter__(self) -> KeepAliveFlood:
-        self.thread.start()
-        wait_for(lambda: self.closed >= self.n, 30, f"the cap closing {self.n} flooding connections", step=0.1)
-        return self
+    def ready(self) -> bool:
+        return self.closed >= self.n  # the cap is at work
 
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        for key in list(self.sel.get_map().values()):
-            key.fileobj.close()
-
-
-def _flood(port: int, n: int, stop, results) -> None:
-    with KeepAliveFlood(port, n) as flood:
-        results.send("started")
-        stop.wait(60)
-        results.send((flood.answers, flood.closed))
+    def report(self) -> tuple[int, int]:
+        return self.answers, self.closed
 
 
 @LATENCY
@@ -499,26 +521,18 @@ def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap():
     It closed the oldest one still sending headers, else the quietest, which a probe being
     answered is: 39 of 60 probes were reset at 120 clients, 60 of 60 at 300."""
     serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
-    stop = multiprocessing.Event()
-    results, child_end = multiprocessing.Pipe(duplex=False)
-    flooder = multiprocessing.Process(target=_flood, args=(port, 300, stop, child_end))
-    flooder.start()
     failed: list[str] = []
     try:
-        assert results.poll(60) and results.recv() == "started"
-        for _ in range(40):
-            try:
-                if get(f"http://127.0.0.1:{port}/healthz", timeout=5)[0] != 200:
-                    failed.append("status")
-            except OSError as exc:
-                failed.append(type(exc).__name__)
-            time.sleep(0.05)
-        stop.set()
-        assert results.poll(30)
-        answers, closed = results.recv()
+        with attacker(KeepAliveFlood, port, 300) as finish:
+            for _ in range(40):
+                try:
+                    if get(f"http://127.0.0.1:{port}/healthz", timeout=5)[0] != 200:
+                        failed.append("status")
+                except OSError as exc:
+                    failed.append(type(exc).__name__)
+                time.sleep(0.05)
+            answers, closed = finish()
     finally:
-        stop.set()
-        flooder.join(30)
         serve.stop()
     print(f"\nkeep-alive flood, 300 clients over a cap of 78: {answers} answers, {closed} closed; "
           f"{len(failed)} of 40 probes failed")
