@@ -197,7 +197,7 @@ def _producer(summary: dict[str, Any], snap: Snapshot) -> str:
     summary["producer"] = snap.producer
     summary["approximate"] = list(snap.approximate)
     summary["request_acceptance_family"] = snap.request_acceptance_family
-    approximate = f"; approximate: {', '.join(snap.approximate)} (see the README)" if snap.approximate else ""
+    approximate = f"; approximate: {', '.join(snap.approximate)} (see docs/producers.md)" if snap.approximate else ""
     family = f"; per-request histogram: {snap.request_acceptance_family}" if snap.request_acceptance_family else ""
     return f"\nproducer: {snap.producer}{approximate}{family}"
 

@@ -65,7 +65,7 @@ DEFAULT_MIN_DRAFTS = 100
 # Derived gauges of a target that stopped answering vanish after this long.
 DEFAULT_STALENESS = "60s"
 
-# --- Hostile input and scale: hard bounds on what the sidecar holds (README: "Reliability") ---
+# --- Hostile input and scale: hard bounds on what the sidecar holds (docs/reliability.md) ---
 # Largest k accepted. vLLM's largest real k is about 10; position series at or
 # beyond this are refused with a warning, so positions per engine are bounded.
 MAX_K = 64
@@ -171,7 +171,7 @@ def position0_share(fraction: N, profile_al: N, k: N) -> N:
 # --- Detection: ONE set of thresholds, read by the sidecar's health (health.py) and by
 # the generated alerts (rules.py). The YAML config's `health:` keys and the Helm chart's
 # `config.health` use these very names; each value is reasoned from public healthy and
-# broken DeepSeek-V4 figures, quoted below (the README's detection table names them). ---
+# broken DeepSeek-V4 figures, quoted below (docs/alerts.md's detection table names them). ---
 @dataclass(frozen=True, slots=True)
 class Detection:
     # The window every verdict is taken over (the health window; the alerts' 5m rates).
@@ -293,7 +293,7 @@ LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
 
-# --- The sidecar's own server: slow and hostile clients (README: "TLS, basic auth and secrets") ---
+# --- The sidecar's own server: slow and hostile clients (docs/security.md) ---
 # A new connection must finish its TLS handshake and first request headers in this
 # long (Prometheus sends them in one packet); then an idle keep-alive connection may
 # wait this long for its next complete request (above Prometheus's 1m default scrape

@@ -45,7 +45,7 @@ METRIC_NOTES: dict[str, str] = {
     "window_drafts": "always present",
     "health": "one series per state, the current one 1",
     "engine_health": "one series per state, the current one 1",
-    "diagnosis_info": "one series per cause that fits, none when nothing fell (see "
+    "diagnosis_info": "one series per cause that fits, none when nothing does (see "
     "[Diagnosis](configuration.md#diagnosis-why-it-fell))",
     "request_acceptance_below_ratio": "only with vLLM PR #44487's per-request histogram",
     "request_acceptance_above_ratio": "only with vLLM PR #44487's per-request histogram",
@@ -171,7 +171,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
     "ExporterAbsent": ("no `{family:exporter_build_info}` for {for}", "the exporter not scraped", "", "15 min"),
     "CounterInvariantViolated": ("invariant violations seen in 10m", "a broken producer or partial scrapes", "", "at once"),
     "NoBaseline": (
-        "a model drafts with no profile found by its served name, its /v1/models root or an alias (sidecar)",
+        "a model drafts with no profile found by its served name, its /v1/models root or an alias",
         "a deployment whose head may be partly broken from the start with nothing to compare it with",
         "not a fault but a blind spot: said after {for}, so a profile set right after a deployment stays silent",
         "31 min from the first drafts (promtool)",
