@@ -175,7 +175,7 @@ FAMILIES: dict[str, Family] = {
         Family("exporter_polls", "counter", (T, "result"), "Polls of a vLLM target by result."),
         Family("exporter_poll_duration_seconds", "histogram", (T,), "Time to fetch and parse one poll."),
         Family("exporter_last_success_timestamp_seconds", "gauge", (T,), "Unix time of the last successful poll."),
-        Family("exporter_engine_restarts", "counter", (T,), "vLLM engine restarts, seen as counters going down or a later start time (_created)."),
+        Family("exporter_engine_restarts", "counter", (T,), "vLLM engine restarts: counters going down, or a later start time."),
         Family("exporter_invariant_violations", "counter", (T,), "Counter invariant violations seen in poll-to-poll increments."),
         # Gauges of the last successful poll, not counters: a payload that stays malformed
         # would otherwise count its lines again on every poll (poll x items, not events).
