@@ -74,6 +74,23 @@ def test_each_engine_names_its_series_in_its_invariant_messages(engines):
         assert summary["models"][model]["engines"][engine]["warnings"] == invariant_violations(c, series_name((model, engine)))
 
 
+def test_invariant_messages_name_their_engine_series_as_worked_by_hand():
+    """The same property on fixed counters, the messages written out: position 1 above position 0
+    and accepted above draft tokens on engine 0 of m; the positions' sum off accepted on r/1 of n."""
+    engines = {
+        ("m", "0"): Counters(drafts=1000.0, draft_tokens=2000.0, accepted=2500.0, per_position=(900.0, 1600.0)),
+        ("n", "r/1"): Counters(drafts=100.0, draft_tokens=200.0, accepted=160.0, per_position=(80.0, 70.0)),
+        ("n", "2"): Counters(drafts=100.0, draft_tokens=200.0, accepted=150.0, per_position=(80.0, 70.0)),
+    }
+    models = summarize(engines)["models"]
+    assert models["m"]["engines"]["0"]["warnings"] == [
+        'engine="0",model_name="m": position 1 (1600) exceeds position 0 (900)',
+        'engine="0",model_name="m": accepted=2500 exceeds draft_tokens=2000',
+    ]
+    assert models["n"]["engines"]["r/1"]["warnings"] == ['engine="r/1",model_name="n": sum(accepted_per_position)=150 != accepted=160']
+    assert models["n"]["engines"]["2"]["warnings"] == []
+
+
 def test_engines_changed_by_a_verdict_are_judged_from_scratch():
     good = Counters(drafts=1000.0, draft_tokens=2000.0, accepted=1500.0, per_position=(800.0, 700.0))
     bad = Counters(drafts=1000.0, draft_tokens=2000.0, accepted=0.0, per_position=(0.0, 0.0))

@@ -119,7 +119,9 @@ def test_the_images_steps_install_the_locked_set_and_run_the_cli_demo_and_cmd(wo
 
 
 def _serve_as_the_image_does(root: Path, venv: Path, exe: Path, env: dict[str, str]) -> None:
-    """The image's CMD, with its config mounted read-only, as uid 65532, writing nothing."""
+    """The image's CMD, with its config mounted read-only, writing nothing: as uid 65532 where that
+    uid can reach the interpreter (not a pyenv under a 0700 /root, as on these machines: there as
+    this user). `make e2e-image` runs the image itself as uid 65532 with a read-only root."""
     etc = root / "etc"
     etc.mkdir()
     (etc / "config.yaml").write_text(yaml.safe_dump({"targets": [{"url": "http://127.0.0.1:1/metrics"}],

@@ -171,6 +171,8 @@ def test_restart_mid_window_gives_no_negative_or_inflated_rate():
                     rate = values(m, f"{P}_acceptance_ratio", window=window)
                     drafts = one(m, f"{P}_window_drafts", window=window)
                     assert drafts >= 0
+                    # exported whenever the window holds drafts (not skipped across the restart)
+                    assert len(al) == len(rate) == (drafts > 0), (h.clock.t, window, drafts, al, rate)
                     assert all(v == pytest.approx(1 + 0.85 + 0.62, rel=0.01) for v in al), (h.clock.t, al)
                     assert all(0 <= v <= 1 for v in rate)
             m = await h.metrics()
