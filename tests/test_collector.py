@@ -73,6 +73,26 @@ def test_what_changes_the_bytes_still_renders_apart():
     assert b"# EOF" not in bodies[0] and b"# EOF" in bodies[1]
 
 
+def test_scrapes_waiting_on_a_render_begun_after_they_came_take_it():
+    """30 scrapes at once, each with its own state (under a connection flood every scrape sees
+    new connection counts): the first renders, the 29 that waited for it render once more
+    between them (that render began after they came), not 29 times in a row."""
+    registry, counting = CollectorRegistry(auto_describe=False), Counting()
+    registry.register(counting)
+    exposition = Exposition(registry)
+    encoder, _ = choose_encoder("")
+
+    async def go() -> list[bytes]:
+        return [b for b, _ in await asyncio.gather(*(exposition.bodies(encoder, (n,)) for n in range(30)))]
+
+    bodies = asyncio.run(go())
+    assert counting.collects == 2, counting.collects
+    assert len(bodies) == 30 and all(b.startswith(b"# HELP x_ratio") for b in bodies)
+    # One scrape later, with a state not seen: rendered again (the cache is by state, as before).
+    asyncio.run(exposition.bodies(encoder, (99,)))
+    assert counting.collects == 3
+
+
 # ---- from test_bounded_render.py
 # Issue 19 item 8: at the documented bounds (4,096 engines held: examples/config.yaml's
 # max_series_per_target), rendering /metrics must not stop the event loop: /healthz keeps

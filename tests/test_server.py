@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import http.client
 import inspect
 import multiprocessing
 import re
@@ -19,6 +20,7 @@ import threading
 import time
 import tomllib
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -436,14 +438,23 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     """300 connections that never finish their headers (from another process, as an
     attacker would be), against an exporter limited to 192 file descriptors: the
     server closes each within the header timeout, its connection cap keeps it below
-    the descriptor limit (no accept() errors), and /healthz answers throughout."""
+    the descriptor limit (no accept() errors), and /healthz answers throughout; a
+    scraper on one keep-alive connection, that never retries, is never cut (a first order
+    closing connections served before those still sending headers cut 9 of 10: helper-32)."""
     serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
+    scraper, scrapes = http.client.HTTPConnection("127.0.0.1", port, timeout=5), []
     try:
         with attacker(Slowloris, port, 300) as finish:
             latencies = []
             started = time.monotonic()
             while time.monotonic() - started < HEADER_TIMEOUT + 4:
                 latencies.append(timed_get(f"http://127.0.0.1:{port}/healthz", timeout=5))
+                if len(latencies) % 5 == 0:
+                    try:
+                        scraper.request("GET", "/metrics")
+                        scrapes.append(scraper.getresponse().read().endswith(b"\n"))
+                    except OSError as exc:
+                        scrapes.append(type(exc).__name__)
                 time.sleep(0.05)
             oldest, closed, longest = finish()
         # What the server did, on /metrics (they were counted and never exported before).
@@ -464,19 +475,22 @@ def test_slowloris_connections_are_timed_out_and_probes_still_served():
     assert evicted + timed_out >= closed >= 300, (evicted, timed_out, closed)  # every close counted
     assert oldest < HEADER_TIMEOUT + 1
     assert "accept" not in logs and len(logs.splitlines()) < 20, logs[-3000:]
+    assert len(scrapes) >= 10 and all(s is True for s in scrapes), scrapes
 
 
 class KeepAliveFlood(_Clients):
     """``n`` keep-alive clients that send /healthz again as soon as an answer comes, and
     reconnect at once when the server closes them."""
 
+    depth = 1  # requests each keeps in flight
+
     def __init__(self, port: int, n: int):
         super().__init__(port, n)
         self.answers = self.closed = 0
 
-    def _ask(self, s: socket.socket) -> bool:
+    def _ask(self, s: socket.socket, n: int = 1) -> bool:
         try:
-            s.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * n)
             return True
         except OSError:
             return False
@@ -487,7 +501,7 @@ class KeepAliveFlood(_Clients):
         except OSError:
             return
         s.setblocking(False)
-        if self._ask(s):
+        if self._ask(s, self.depth):
             self.sel.register(s, selectors.EVENT_READ)
         else:
             s.close()
@@ -501,8 +515,9 @@ class KeepAliveFlood(_Clients):
                     answer = key.fileobj.recv(65536)
                 except OSError:
                     answer = b""
-                self.answers += bool(answer)
-                if not answer or not self._ask(key.fileobj):
+                answered = answer.count(b"HTTP/1.1 ")
+                self.answers += answered
+                if not answer or (answered and not self._ask(key.fileobj, answered)):
                     self.sel.unregister(key.fileobj)
                     key.fileobj.close()
                     self.closed += 1
@@ -514,16 +529,24 @@ class KeepAliveFlood(_Clients):
         return self.answers, self.closed
 
 
+class PipelinedFlood(KeepAliveFlood):
+    """The same, four requests in flight on each connection from its first bytes."""
+
+    depth = 4
+
+
 @LATENCY
-def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap():
-    """300 keep-alive clients asking /healthz back to back, against a cap of 78 connections
-    (192 descriptors): the cap closes connections that were served, not a probe's new one.
-    It closed the oldest one still sending headers, else the quietest, which a probe being
-    answered is: 39 of 60 probes were reset at 120 clients, 60 of 60 at 300."""
+@pytest.mark.parametrize("flood", [KeepAliveFlood, PipelinedFlood])
+def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap(flood):
+    """300 keep-alive clients asking /healthz back to back (or four at a time), against a cap of
+    78 connections (192 descriptors): the cap closes connections that were served, not a probe's
+    new one. It closed the oldest one still sending headers, else the quietest, which a probe
+    being answered is: 40 of 40 probes were reset; a first fix that knew keep-alive clients only
+    by a request sent after an answer still lost 60 of 60 beside pipelining ones (helper-32)."""
     serve, port = start_exporter(launcher=SHORT, preexec_fn=nofile(192))
     failed: list[str] = []
     try:
-        with attacker(KeepAliveFlood, port, 300) as finish:
+        with attacker(flood, port, 300) as finish:
             for _ in range(40):
                 try:
                     if get(f"http://127.0.0.1:{port}/healthz", timeout=5)[0] != 200:
@@ -534,10 +557,89 @@ def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap():
             answers, closed = finish()
     finally:
         serve.stop()
-    print(f"\nkeep-alive flood, 300 clients over a cap of 78: {answers} answers, {closed} closed; "
+    print(f"\n{flood.__name__}, 300 clients over a cap of 78: {answers} answers, {closed} closed; "
           f"{len(failed)} of 40 probes failed")
     assert closed >= 300 and answers >= 1000  # the flood was served and over the cap throughout
     assert not failed, failed
+
+
+def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
+    """At the cap (2 here), a connection whose handler waits for its next request while its last
+    answer still sits in the transport's buffer (a slow reader) is not idle: the keep-alive
+    connection idle with nothing to send is closed, and the slow reader gets all of its answer.
+    Taken for idle, it was closed first (its request is the older) and its answer cut (helper-32)."""
+    from vllm_specdec_exporter.server import GuardedSite, Limits
+
+    big = b"x" * 400_000
+
+    async def small(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def large(request: web.Request) -> web.Response:
+        return web.Response(body=big)
+
+    async def read(s: socket.socket, until: Callable[[bytes], bool]) -> bytes:
+        """What ``s`` receives until ``until`` holds, EOF or 5 s; never blocking the server's loop."""
+        s.setblocking(False)
+        got, deadline = b"", time.monotonic() + 5
+        while not until(got) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+            try:
+                chunk = s.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                return got + b"<EOF>"
+            got += chunk
+        return got
+
+    async def main() -> tuple[bytes, bytes]:
+        app = web.Application()
+        app.router.add_get("/s", small)
+        app.router.add_get("/big", large)
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        site = GuardedSite(runner, "127.0.0.1", 0, backlog=16, limits=Limits(header_timeout=30, max_connections=2))
+        await site.start()
+        port = site.bound_port
+        try:
+            slow = socket.socket()
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.connect(("127.0.0.1", port))
+            slow.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
+            first = await read(slow, lambda got: got.endswith(b"ok\n"))
+            (watch,) = site.pool.conns
+            watch.raw.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a slow path
+            slow.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            slow.setblocking(False)
+            got = b""
+            # Read slowly until aiohttp has written all of it and waits for the next request.
+            for _ in range(5000):
+                await asyncio.sleep(0.002)
+                with contextlib.suppress(BlockingIOError):
+                    got += slow.recv(2048)
+                waiter = watch.handler._waiter
+                if waiter is not None and not waiter.done() and watch.raw.get_write_buffer_size():
+                    break
+            assert watch.raw.get_write_buffer_size() > 0, "the answer left the buffer: no slow reader to test"
+            idle = socket.create_connection(("127.0.0.1", port))  # keep-alive, answered, now idle
+            idle.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await read(idle, lambda got: got.endswith(b"ok\n"))).endswith(b"ok\n")
+            newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap: one is closed
+            got += await read(slow, lambda got_now: (got + got_now).endswith(big))
+            after = await read(idle, lambda got: False)  # until EOF, or 5 s
+            for s in (slow, idle, newcomer):
+                s.close()
+            return after, first + got
+        finally:
+            await runner.cleanup()
+
+    idle_after, received = asyncio.run(main())
+    assert received.count(b"HTTP/1.1 200") == 2
+    assert received.endswith(big), f"the slow reader's answer was cut: {len(received)} bytes"
+    assert idle_after == b"<EOF>"  # the idle keep-alive connection was the one closed
 
 
 SHORT_IDLE = launcher(f"config.IDLE_TIMEOUT_SECONDS = {IDLE_TIMEOUT}")

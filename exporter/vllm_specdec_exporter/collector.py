@@ -313,25 +313,31 @@ class Exposition:
     At the bounds (4,096 engines: tens of MB) one render takes seconds of Python; on the
     loop it stopped /healthz for as long. In a thread it only shares the GIL (the loop gets
     it back every few ms), and the views it reads are immutable. One render at a time;
-    scrapes that arrive during it wait for it, and until the state changes (a poll
-    publishes a view, a target turns stale) every scrape gets the same bytes."""
+    until the state changes (a poll publishes a view, a target turns stale) every scrape
+    gets the same bytes, and a scrape that waited for a render begun after it arrived
+    takes that one: a flood of scrapes, each changing the connection counts, cost one
+    render per scrape and queued every scrape behind all of them."""
 
     def __init__(self, registry: CollectorRegistry):
         self._registry = registry
         self._lock = asyncio.Lock()
-        # body_key(encoder) -> (the state rendered, identity body, gzip body)
-        self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], bytes, bytes]] = {}
+        self._started = 0  # renders begun
+        # body_key(encoder) -> (the state rendered, which render, identity body, gzip body)
+        self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], int, bytes, bytes]] = {}
 
     async def bodies(self, encoder: Callable[[CollectorRegistry], bytes], state: tuple[object, ...]) -> tuple[bytes, bytes]:
         """(identity, gzip) bodies for ``state``: objects compared by identity (the views)."""
         key = body_key(encoder)
+        arrived = self._started
         async with self._lock:
             cached = self._cache.get(key)
-            if cached is None or not _same(cached[0], state):
+            if cached is None or not (cached[1] > arrived or _same(cached[0], state)):
+                self._started += 1
+                render = self._started
                 body, zipped = await asyncio.to_thread(self._render, encoder)
                 self._cache = {t: c for t, c in self._cache.items() if _same(c[0], state)}
-                self._cache[key] = cached = (state, body, zipped)
-            return cached[1], cached[2]
+                self._cache[key] = cached = (state, render, body, zipped)
+            return cached[2], cached[3]
 
     def _render(self, encoder: Callable[[CollectorRegistry], bytes]) -> tuple[bytes, bytes]:
         body = encoder(self._registry)

@@ -10,11 +10,12 @@ and aiohttp's handler that
   within ``HEADER_TIMEOUT_SECONDS`` (slowloris); aiohttp's keep-alive timeout bounds
   the wait for every later request;
 - counts connections against a cap kept below the open-file limit, so accept() never
-  runs out of descriptors; at the cap one is closed, in this order (``Pool.evict``):
-  one idle between requests, one on a later request of a keep-alive client, the
-  oldest still sending its first headers, then one on its first request, each the
-  quietest first. A client that was served gives way to one that was not: a probe
-  (a new connection per request) gets in beside a keep-alive flood;
+  runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
+  one that sent part of its first headers (slowloris), one idle between requests with
+  its answer sent, one on a later request of a keep-alive client (pipelined too), then
+  the quietest of the rest (sent nothing yet, or on its first request). A probe (a new
+  connection, one request) gets in beside slowloris, keep-alive and slow-request floods,
+  a Prometheus scrape beside slowloris, and a slow reader gets all of its answer;
 - checks ``client_allowed_sans`` once the handshake is done.
 
 accept() errors (out of descriptors anyway, e.g. a limit shared with something
@@ -95,7 +96,7 @@ class _Watch(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.handler: asyncio.Protocol | None = None
         self.waiting = True  # for the first request's headers
-        self.reused = False  # a request came after one was answered (keep-alive)
+        self.reused = False  # sent more after its first request (keep-alive, pipelined)
         self._head = b""
         self._timer: asyncio.TimerHandle | None = None
         self.opened_at = self.active = 0.0
@@ -106,17 +107,22 @@ class _Watch(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        """Between requests: aiohttp's handler waits for the next one, none queued."""
+        """Between requests: aiohttp's handler waits for the next one, none queued, and the last
+        answer has left (a slow reader's may still sit in the transport's buffer)."""
         waiter = getattr(self.handler, "_waiter", None)
-        return waiter is not None and not waiter.done() and not getattr(self.handler, "_messages", True)
+        if waiter is None or waiter.done() or getattr(self.handler, "_messages", True):
+            return False
+        return not any(t.get_write_buffer_size() for t in (self.raw, self.transport) if isinstance(t, asyncio.WriteTransport))
 
     def eviction_order(self) -> tuple[int, float]:
-        """Lowest is closed first at the cap (the module's docstring says why)."""
-        if self.waiting:
-            return 2, self.opened_at
+        """Lowest is closed first at the cap (the module's docstring says the order). The last
+        class, quietest first: a new connection's bytes are read a loop turn after it is accepted,
+        so it must not go before a request long in flight (a client can make its own slow)."""
+        if self.waiting and self._head:
+            return 0, self.opened_at
         if self.idle:
-            return 0, self.active
-        return (1 if self.reused else 3), self.active
+            return 1, self.active
+        return (2 if self.reused else 3), self.active
 
     def opened(self, raw: asyncio.Transport) -> None:
         """The socket is accepted (before any TLS handshake)."""
@@ -153,7 +159,7 @@ class _Watch(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.active = asyncio.get_running_loop().time()
         if self.handler is not None:
-            self.reused = self.reused or self.idle
+            self.reused = True  # GET has no body: more bytes are another request
             self.handler.data_received(data)
             return
         if self.transport is None:
@@ -171,6 +177,7 @@ class _Watch(asyncio.Protocol):
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
+            self.reused = len(getattr(self.handler, "_messages", ())) > 1  # pipelined in its first bytes
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
