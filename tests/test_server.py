@@ -65,7 +65,8 @@ INTERNALS = {
                                                      "connection_made/data_received/eof_received/connection_lost/"
                                                      "pause_writing/resume_writing by _Watch",
     "asyncio.sslproto.SSLProtocol": "server.py _TLS: asyncio's TLS layer (not exported by asyncio), built with "
-                                    "(loop, app_protocol, sslcontext, waiter, server_side=, ssl_handshake_timeout=)",
+                                    "(loop, app_protocol, sslcontext, waiter, server_side=, ssl_handshake_timeout=); "
+                                    "its buffer_updated (a BufferedProtocol) sees the handshake's bytes",
     "aiohttp.web_protocol.RequestHandler._waiter/_messages": "server.py _Watch.idle: a connection is between "
                                                              "requests when start() awaits _waiter, none queued "
                                                              "(the connection cap closes those first)",
@@ -202,8 +203,10 @@ def test_sslprotocol_takes_the_arguments_server_py_passes():
     expected = ["self", "loop", "app_protocol", "sslcontext", "waiter", "server_side", "server_hostname",
                 "call_connection_made", "ssl_handshake_timeout"]
     assert list(params)[:len(expected)] == expected, _changed("asyncio.sslproto.SSLProtocol", f"signature {list(params)}")
-    for method in ("connection_made", "connection_lost"):
+    for method in ("connection_made", "connection_lost", "buffer_updated"):
         assert callable(getattr(SSLProtocol, method, None)), _changed("asyncio.sslproto.SSLProtocol", method)
+    assert issubclass(SSLProtocol, asyncio.BufferedProtocol), _changed("asyncio.sslproto.SSLProtocol",
+                                                                      "no longer a BufferedProtocol")
 
 
 def test_request_handler_waits_for_the_next_request_on_waiter_with_messages_queued():
@@ -563,6 +566,126 @@ def test_liveness_probes_get_in_beside_a_keep_alive_flood_over_the_cap(flood):
     assert not failed, failed
 
 
+async def _recv_until(s: socket.socket, until: Callable[[bytes], bool], seconds: float = 5) -> bytes:
+    """What ``s`` receives until ``until`` holds, EOF (then ends with b"<EOF>") or ``seconds``;
+    never blocking the loop of a server running in this thread."""
+    s.setblocking(False)
+    got, deadline = b"", time.monotonic() + seconds
+    while not until(got) and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+        try:
+            chunk = s.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            return got + b"<EOF>"
+        got += chunk
+    return got
+
+
+async def _guarded_site(app: web.Application, limits: server.Limits, web_config=None) -> tuple[web.AppRunner, server.GuardedSite]:
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = server.GuardedSite(runner, "127.0.0.1", 0, backlog=16, limits=limits, web_config=web_config)
+    await site.start()
+    return runner, site
+
+
+def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert):
+    """At the cap (3 here): a TLS client that sent its ClientHello and waits on the server's
+    answer, two sockets silent past SILENT_SECONDS, then one more connection: a silent one is closed, and
+    the TLS client completes its handshake and its request. Ranked by accept time alone (the
+    handshake's bytes unseen), it was the oldest quiet connection and was closed: helper-35 saw
+    17-38 of 40 TLS probes fail beside silent sockets at ~6,500 a second, 3 ms each way."""
+    from vllm_specdec_exporter.webconfig.load import WebConfig
+
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(*map(str, server_cert))
+    cfg = WebConfig(ssl_context=server_ctx)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def main() -> tuple[bytes, list[bytes]]:
+        app = web.Application()
+        app.router.add_get("/x", ok)
+        runner, site = await _guarded_site(app, server.Limits(header_timeout=30, max_connections=3), lambda: cfg)
+        try:
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = ssl.create_default_context(cafile=str(server_cert[0])).wrap_bio(incoming, outgoing,
+                                                                                  server_hostname="127.0.0.1")
+            client = socket.create_connection(("127.0.0.1", site.bound_port))
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.do_handshake()
+            client.sendall(outgoing.read())  # the ClientHello
+            flight = await _recv_until(client, lambda got: len(got) > 0)  # the server read it and answered
+            await asyncio.sleep(0.02)
+            silent = [socket.create_connection(("127.0.0.1", site.bound_port)) for _ in range(2)]
+            await asyncio.sleep(2 * server.SILENT_SECONDS)  # accepted, read, nothing in them: silent
+            newcomer = socket.create_connection(("127.0.0.1", site.bound_port))  # over the cap
+            await asyncio.sleep(0.05)
+            while True:  # the rest of the handshake
+                incoming.write(flight)
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    client.sendall(outgoing.read())
+                    flight = await _recv_until(client, lambda got: len(got) > 0)
+                    assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-handshake"
+            tls.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            client.sendall(outgoing.read())
+            answer = b""
+            while not answer.endswith(b"ok\n"):
+                data = await _recv_until(client, lambda got: len(got) > 0)
+                assert data and not data.endswith(b"<EOF>"), answer
+                incoming.write(data)
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    answer += tls.read(65536)
+            closed = [await _recv_until(s, lambda got: False, 0.5) for s in silent]  # until EOF, or 0.5 s
+            for s in (client, newcomer, *silent):
+                s.close()
+            return answer, closed
+        finally:
+            await runner.cleanup()
+
+    answer, closed = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
+    assert b"<EOF>" in closed, closed  # a silent socket was the one closed
+
+
+def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
+    """At the cap (2 here), three connections accepted in one batch: the first has sent its
+    request, not read yet (asyncio reads a new socket a loop turn after it is accepted), the
+    second nothing. The third closes the silent one: the kernel holds the first one's bytes."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def main() -> tuple[bytes, bytes]:
+        app = web.Application()
+        app.router.add_get("/x", ok)
+        runner, site = await _guarded_site(app, server.Limits(header_timeout=30, max_connections=2))
+        try:
+            asking = socket.create_connection(("127.0.0.1", site.bound_port))
+            asking.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            silent = socket.create_connection(("127.0.0.1", site.bound_port))
+            third = socket.create_connection(("127.0.0.1", site.bound_port))  # all three before the loop runs
+            answer = await _recv_until(asking, lambda got: got.endswith(b"ok\n"))
+            silent_got = await _recv_until(silent, lambda got: False, 0.5)
+            for s in (asking, silent, third):
+                s.close()
+            return answer, silent_got
+        finally:
+            await runner.cleanup()
+
+    answer, silent_got = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
+    assert silent_got == b"<EOF>"
+
+
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
     """At the cap (2 here), a connection whose handler waits for its next request while its last
     answer still sits in the transport's buffer (a slow reader) is not idle: the keep-alive
@@ -578,23 +701,6 @@ def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
     async def large(request: web.Request) -> web.Response:
         return web.Response(body=big)
 
-    async def read(s: socket.socket, until: Callable[[bytes], bool]) -> bytes:
-        """What ``s`` receives until ``until`` holds, EOF or 5 s; never blocking the server's loop."""
-        s.setblocking(False)
-        got, deadline = b"", time.monotonic() + 5
-        while not until(got) and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-            try:
-                chunk = s.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                break
-            if not chunk:
-                return got + b"<EOF>"
-            got += chunk
-        return got
-
     async def main() -> tuple[bytes, bytes]:
         app = web.Application()
         app.router.add_get("/s", small)
@@ -609,7 +715,7 @@ def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
             slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             slow.connect(("127.0.0.1", port))
             slow.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
-            first = await read(slow, lambda got: got.endswith(b"ok\n"))
+            first = await _recv_until(slow, lambda got: got.endswith(b"ok\n"))
             (watch,) = site.pool.conns
             watch.raw.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a slow path
             slow.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -626,10 +732,10 @@ def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
             assert watch.raw.get_write_buffer_size() > 0, "the answer left the buffer: no slow reader to test"
             idle = socket.create_connection(("127.0.0.1", port))  # keep-alive, answered, now idle
             idle.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert (await read(idle, lambda got: got.endswith(b"ok\n"))).endswith(b"ok\n")
+            assert (await _recv_until(idle, lambda got: got.endswith(b"ok\n"))).endswith(b"ok\n")
             newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap: one is closed
-            got += await read(slow, lambda got_now: (got + got_now).endswith(big))
-            after = await read(idle, lambda got: False)  # until EOF, or 5 s
+            got += await _recv_until(slow, lambda got_now: (got + got_now).endswith(big))
+            after = await _recv_until(idle, lambda got: False)  # until EOF, or 5 s
             for s in (slow, idle, newcomer):
                 s.close()
             return after, first + got

@@ -12,10 +12,12 @@ and aiohttp's handler that
 - counts connections against a cap kept below the open-file limit, so accept() never
   runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
   one that sent part of its first headers (slowloris), one idle between requests with
-  its answer sent, one on a later request of a keep-alive client (pipelined too), then
-  the quietest of the rest (sent nothing yet, or on its first request). A probe (a new
-  connection, one request) gets in beside slowloris, keep-alive and slow-request floods,
-  a Prometheus scrape beside slowloris, and a slow reader gets all of its answer;
+  its answer sent, one on a later request of a keep-alive client (pipelined too), the
+  oldest that has sent nothing at all (no byte read or waiting: ``Pool.evict``), then the
+  quietest of the rest (on its first request, or its TLS handshake). A probe (a new
+  connection, one request) gets in beside slowloris, keep-alive, silent and slow-request
+  floods, over TLS too, a Prometheus scrape beside slowloris, and a slow reader gets all
+  of its answer;
 - checks ``client_allowed_sans`` once the handshake is done.
 
 accept() errors (out of descriptors anyway, e.g. a limit shared with something
@@ -24,10 +26,14 @@ else) are logged at most once per ``ACCEPT_ERROR_LOG_INTERVAL_SECONDS`` with a c
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
+import heapq
 import logging
 import socket
 import ssl
+import termios
 from asyncio.sslproto import SSLProtocol
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,10 +85,20 @@ class Pool:
     def evict(self) -> None:
         if not self.conns:
             return
-        victim = min(self.conns, key=_Watch.eviction_order)
+        # A connection accepted a loop turn ago is read a turn later: one not heard yet with bytes
+        # waiting in the kernel is not silent. Asked of the few first candidates only.
+        now = asyncio.get_running_loop().time()
+        candidates = heapq.nsmallest(EVICTION_CANDIDATES, self.conns, key=lambda c: c.eviction_order(now))
+        victim = next((c for c in candidates if c.heard or not c.bytes_waiting()), candidates[0])
         self.conns.pop(victim, None)
         self.evicted += 1
         victim.abort()
+
+
+EVICTION_CANDIDATES = 3 * config.ACCEPT_BATCH  # connections accepted but not yet read, at most
+# Silent this long after accept: not a client whose first bytes are on their way (through a proxy
+# that connected on its own accept, they come a hop later). Real clients send with the last ACK.
+SILENT_SECONDS = 0.05
 
 
 class _Watch(asyncio.Protocol):
@@ -97,6 +113,7 @@ class _Watch(asyncio.Protocol):
         self.handler: asyncio.Protocol | None = None
         self.waiting = True  # for the first request's headers
         self.reused = False  # sent more after its first request (keep-alive, pipelined)
+        self.heard = False  # any byte read from the peer (a TLS handshake's too)
         self._head = b""
         self._timer: asyncio.TimerHandle | None = None
         self.opened_at = self.active = 0.0
@@ -114,7 +131,7 @@ class _Watch(asyncio.Protocol):
             return False
         return not any(t.get_write_buffer_size() for t in (self.raw, self.transport) if isinstance(t, asyncio.WriteTransport))
 
-    def eviction_order(self) -> tuple[int, float]:
+    def eviction_order(self, now: float) -> tuple[int, float]:
         """Lowest is closed first at the cap (the module's docstring says the order). The last
         class, quietest first: a new connection's bytes are read a loop turn after it is accepted,
         so it must not go before a request long in flight (a client can make its own slow)."""
@@ -122,7 +139,23 @@ class _Watch(asyncio.Protocol):
             return 0, self.opened_at
         if self.idle:
             return 1, self.active
-        return (2 if self.reused else 3), self.active
+        if self.reused:
+            return 2, self.active
+        if not self.heard and now - self.opened_at > SILENT_SECONDS:
+            return 3, self.opened_at
+        return 4, self.active
+
+    def bytes_waiting(self) -> bool:
+        """Bytes the kernel holds for this socket, not read yet (FIONREAD: no read, no side effect)."""
+        sock = self.raw.get_extra_info("socket") if self.raw is not None else None
+        if sock is None or sock.fileno() < 0:
+            return False
+        waiting = array.array("i", [0])
+        try:
+            fcntl.ioctl(sock.fileno(), termios.FIONREAD, waiting, True)
+        except OSError:
+            return False
+        return waiting[0] > 0
 
     def opened(self, raw: asyncio.Transport) -> None:
         """The socket is accepted (before any TLS handshake)."""
@@ -157,7 +190,7 @@ class _Watch(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.active = asyncio.get_running_loop().time()
+        self.active, self.heard = asyncio.get_running_loop().time(), True
         if self.handler is not None:
             self.reused = True  # GET has no body: more bytes are another request
             self.handler.data_received(data)
@@ -223,8 +256,12 @@ class _TLS(SSLProtocol):
         self.watch.opened(cast(asyncio.Transport, transport))  # the socket's transport, under TLS
         super().connection_made(transport)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
+    def buffer_updated(self, nbytes: int) -> None:
+        # The handshake's bytes: a probe mid-handshake is not a silent socket.
+        self.watch.active, self.watch.heard = asyncio.get_running_loop().time(), True
+        super().buffer_updated(nbytes)
 
+    def connection_lost(self, exc: BaseException | None) -> None:
         self.watch.closed()
         super().connection_lost(exc)
 
