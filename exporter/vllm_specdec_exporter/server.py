@@ -13,7 +13,7 @@ and aiohttp's handler that
   runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
   one that sent part of its first headers (slowloris), one idle between requests with
   its answer sent, one on a later request of a keep-alive client (pipelined too), the
-  oldest that has sent nothing at all (no byte read or waiting: ``Pool.evict``), then the
+  oldest silent for SILENT_SECONDS (no byte read or waiting: ``Pool.evict``), then the
   quietest of the rest (on its first request, or its TLS handshake). A probe (a new
   connection, one request) gets in beside slowloris, keep-alive, silent and slow-request
   floods, over TLS too, a Prometheus scrape beside slowloris, and a slow reader gets all
