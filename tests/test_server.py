@@ -585,7 +585,15 @@ async def _recv_until(s: socket.socket, until: Callable[[bytes], bool], seconds:
     return got
 
 
-async def _guarded_site(app: web.Application, limits: server.Limits, web_config=None) -> tuple[web.AppRunner, server.GuardedSite]:
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _guarded_site(limits: server.Limits, web_config=None, **routes) -> tuple[web.AppRunner, server.GuardedSite]:
+    """A started GuardedSite on a loopback port, answering "ok\n" at /x and each ``routes`` path."""
+    app = web.Application()
+    for path, handler in {"x": _ok, **routes}.items():
+        app.router.add_get(f"/{path}", handler)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = server.GuardedSite(runner, "127.0.0.1", 0, backlog=16, limits=limits, web_config=web_config)
@@ -605,13 +613,8 @@ def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert):
     server_ctx.load_cert_chain(*map(str, server_cert))
     cfg = WebConfig(ssl_context=server_ctx)
 
-    async def ok(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
     async def main() -> tuple[bytes, list[bytes]]:
-        app = web.Application()
-        app.router.add_get("/x", ok)
-        runner, site = await _guarded_site(app, server.Limits(header_timeout=30, max_connections=3), lambda: cfg)
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=3), lambda: cfg)
         try:
             incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
             tls = ssl.create_default_context(cafile=str(server_cert[0])).wrap_bio(incoming, outgoing,
@@ -661,13 +664,8 @@ def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
     request, not read yet (asyncio reads a new socket a loop turn after it is accepted), the
     second nothing. The third closes the silent one: the kernel holds the first one's bytes."""
 
-    async def ok(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
     async def main() -> tuple[bytes, bytes]:
-        app = web.Application()
-        app.router.add_get("/x", ok)
-        runner, site = await _guarded_site(app, server.Limits(header_timeout=30, max_connections=2))
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2))
         try:
             asking = socket.create_connection(("127.0.0.1", site.bound_port))
             asking.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -691,30 +689,19 @@ def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
     answer still sits in the transport's buffer (a slow reader) is not idle: the keep-alive
     connection idle with nothing to send is closed, and the slow reader gets all of its answer.
     Taken for idle, it was closed first (its request is the older) and its answer cut (helper-32)."""
-    from vllm_specdec_exporter.server import GuardedSite, Limits
-
     big = b"x" * 400_000
-
-    async def small(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
 
     async def large(request: web.Request) -> web.Response:
         return web.Response(body=big)
 
     async def main() -> tuple[bytes, bytes]:
-        app = web.Application()
-        app.router.add_get("/s", small)
-        app.router.add_get("/big", large)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        site = GuardedSite(runner, "127.0.0.1", 0, backlog=16, limits=Limits(header_timeout=30, max_connections=2))
-        await site.start()
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2), big=large)
         port = site.bound_port
         try:
             slow = socket.socket()
             slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             slow.connect(("127.0.0.1", port))
-            slow.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
+            slow.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
             first = await _recv_until(slow, lambda got: got.endswith(b"ok\n"))
             (watch,) = site.pool.conns
             watch.raw.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a slow path
@@ -731,7 +718,7 @@ def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
                     break
             assert watch.raw.get_write_buffer_size() > 0, "the answer left the buffer: no slow reader to test"
             idle = socket.create_connection(("127.0.0.1", port))  # keep-alive, answered, now idle
-            idle.sendall(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
+            idle.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (await _recv_until(idle, lambda got: got.endswith(b"ok\n"))).endswith(b"ok\n")
             newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap: one is closed
             got += await _recv_until(slow, lambda got_now: (got + got_now).endswith(big))

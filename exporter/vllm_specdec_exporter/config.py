@@ -302,7 +302,7 @@ HEADER_TIMEOUT_SECONDS = 5.0
 IDLE_TIMEOUT_SECONDS = 75.0
 # Concurrent connections; also kept below the open-file limit minus a reserve for
 # polls and files, so accept() never runs out of descriptors. At the cap a connection
-# that was served is closed first, so a probe gets in (server.Pool.evict says the order).
+# that was served is closed first, so a probe gets in (server.py's docstring says the order).
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64
 # Connections asyncio accepts per loop tick. An accepted socket reaches the cap's

@@ -132,9 +132,9 @@ class _Watch(asyncio.Protocol):
         return not any(t.get_write_buffer_size() for t in (self.raw, self.transport) if isinstance(t, asyncio.WriteTransport))
 
     def eviction_order(self, now: float) -> tuple[int, float]:
-        """Lowest is closed first at the cap (the module's docstring says the order). The last
-        class, quietest first: a new connection's bytes are read a loop turn after it is accepted,
-        so it must not go before a request long in flight (a client can make its own slow)."""
+        """Lowest is closed first at the cap (the module's docstring says the order). Silent means
+        for SILENT_SECONDS: a new connection's bytes are read a loop turn after it is accepted (and
+        Pool.evict asks the kernel), so a young one goes with the rest, quietest first."""
         if self.waiting and self._head:
             return 0, self.opened_at
         if self.idle:
@@ -148,11 +148,12 @@ class _Watch(asyncio.Protocol):
     def bytes_waiting(self) -> bool:
         """Bytes the kernel holds for this socket, not read yet (FIONREAD: no read, no side effect)."""
         sock = self.raw.get_extra_info("socket") if self.raw is not None else None
-        if sock is None or sock.fileno() < 0:
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
             return False
         waiting = array.array("i", [0])
         try:
-            fcntl.ioctl(sock.fileno(), termios.FIONREAD, waiting, True)
+            fcntl.ioctl(fd, termios.FIONREAD, waiting, True)
         except OSError:
             return False
         return waiting[0] > 0
