@@ -171,8 +171,13 @@ def test_every_panel_query_answers_from_a_real_prometheus(collapse_stack, tmp_pa
     assert prom.value(cost["Decode steps wasted"]) == pytest.approx(1 - broken_al / 2.27, rel=0.02)
     assert prom.value(cost["Decode-step factor per server"]) == pytest.approx(2.27 / broken_al, rel=0.02)
     # 100 drafts/s simulated; Prometheus's rate over the 8 s range reads a little less: its own figure.
-    at = time.time()
-    drafts = prom.value(f"namespace_model_name:vllm_specdec_drafts:rate5m{{{model}}}", at)
+    # Both read at one finished evaluation of their group, just before the latest: a query at "now"
+    # can land while the group is being evaluated, and read this rule's new figure beside the
+    # panel's rules' previous one (seen under a busy machine, where the simulated rate jitters:
+    # 115.3 against 134.4).
+    drafts_rule = f"namespace_model_name:vllm_specdec_drafts:rate5m{{{model}}}"
+    at = prom.value(f"timestamp({drafts_rule})") - 0.5
+    drafts = prom.value(drafts_rule, at)
     assert 70 < drafts <= 100 * 8 / 7 + 0.1  # rate() extrapolates 7 scrape intervals to the 8 s range: 101.14 was read
     assert prom.value(cost["Output tokens/s forgone"], at) == pytest.approx(drafts * (2.27 - broken_al), rel=0.02)
     assert prom.value(cost["Decode steps wasted"], healthy_at) == 0
