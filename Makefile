@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test check soak bench fuzz venv tools generate preview clean
+.PHONY: demo test suite check soak bench fuzz venv tools generate preview clean
 
 # The demo needs only the runtime dependencies; the tests add the test extra.
 $(RUNTIME_STAMP): pyproject.toml
@@ -73,15 +73,17 @@ check: $(STAMP)
 	$(VENV)/bin/mypy --strict exporter/vllm_specdec_exporter
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider -m "not soak and not long" $(UNIT_TESTS:%=tests/test_%.py)
 
-## test: every test; the suite on TEST_WORKERS processes (pytest-xdist), latency tests in one group
+## test: every test: the suite, the image's checks and the real vLLM's side by side (docs/development.md:
+## one after the other left a core idle a quarter of the time), each one's output shown when it ends.
+## A stage that fails does not stop the others; make test fails if any did.
+test:
+	@echo "make test: the suite, make e2e-image and make e2e-vllm run side by side; each prints when it ends (~15 min)"
+	$(MAKE) -j4 --output-sync=target suite e2e-image e2e-vllm
+
+## suite: the tests under tests/ on TEST_WORKERS processes (pytest-xdist), latency tests in one group
 TEST_WORKERS ?= 2
-test: $(STAMP) tools
+suite: $(STAMP) tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
-	@# vLLM's venv and models build (pip downloads, two small trainings) while the image's checks mostly
-	@# wait on the pod: side by side they save about a minute of the 15-minute budget. No output sync: GNU
-	@# make holds a synced recipe line's output until it ends, and the image checks report as they go.
-	$(MAKE) -j2 e2e-image e2e-vllm-env
-	$(MAKE) e2e-vllm
 
 ## e2e-image: the artifact operators deploy, run for real (docs/image.md): the image built from the Dockerfile
 ## on a Debian-packages base (debootstrap, cached in .e2e/image; no registry), run beside a stand-in vLLM (the
@@ -108,7 +110,7 @@ e2e-image: $(STAMP) $(HELM)
 .PHONY: e2e-vllm e2e-vllm-env demo-real
 e2e-vllm-env:
 	sh tests/e2e_vllm/setup_env.sh .e2e/venv .e2e/models
-e2e-vllm: $(STAMP) e2e-vllm-env
+e2e-vllm: $(STAMP) tools e2e-vllm-env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e_vllm/e2e_vllm_checks.py tests/e2e_vllm/e2e_mtp_checks.py
 
 ## demo-real: the MTP incident on a real vLLM in the terminal view (not part of make test; cold start ~5 min)
