@@ -73,12 +73,17 @@ check: $(STAMP)
 	$(VENV)/bin/mypy --strict exporter/vllm_specdec_exporter
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider -m "not soak and not long" $(UNIT_TESTS:%=tests/test_%.py)
 
-## test: every test: the suite, the image's checks and the real vLLM's side by side (docs/development.md:
-## one after the other left a core idle a quarter of the time), each one's output shown when it ends.
-## A stage that fails does not stop the others; make test fails if any did.
+## test: every test, in two stages of two side by side, each one's output shown when it ends: the suite
+## beside the e2e's venv and models (pip, two small single-thread trainings: they fill the quarter of
+## the suite's time a core idles), then the real vLLM's checks beside the image's. Never the suite beside
+## vLLM's servers: all at once, both starved and failed (docs/development.md). A failed stage does not
+## stop the next; make test fails if any did.
 test:
-	@echo "make test: the suite, make e2e-image and make e2e-vllm run side by side; each prints when it ends (~15 min)"
-	$(MAKE) -j4 --output-sync=target suite e2e-image e2e-vllm
+	@echo "make test: the suite beside make e2e-vllm-env, then make e2e-vllm beside make e2e-image; each prints when it ends"
+	@failed=0; \
+	  $(MAKE) -j2 --output-sync=target suite e2e-vllm-env || failed=1; \
+	  $(MAKE) -j2 --output-sync=target e2e-vllm e2e-image || failed=1; \
+	  exit $$failed
 
 ## suite: the tests under tests/ on TEST_WORKERS processes (pytest-xdist), latency tests in one group
 TEST_WORKERS ?= 2
