@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
+from bench_parse import prometheus_client_parse, timed
 from vllm_specdec_exporter import logs
 from vllm_specdec_exporter.scenarios import load_scenario
 from vllm_specdec_exporter.settings import build_settings
@@ -97,18 +97,6 @@ async def poll_and_render(polls: int, fake_hour: bool) -> dict:
     }
 
 
-def reference_seconds(bodies: list[bytes]) -> float:
-    """Median seconds prometheus_client's own parser takes over one polled payload:
-    the work any exporter re-reading vLLM does at the least, on this machine, in this run."""
-    samples = []
-    for i in range(60):
-        text = bodies[i % len(bodies)].decode()
-        start = time.perf_counter()  # as poll+render is timed
-        sum(len(f.samples) for f in text_string_to_metric_families(text))
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def cpu_at_one_second_poll(seconds: float = 20.0) -> float:
     """Run the real `serve` process against the replay server; its CPU share of one core."""
 
@@ -153,7 +141,8 @@ def main() -> int:
         print(f"sidecar_history_samples_after_simulated_hour: {result['samples']}")
         return 0
     result = asyncio.run(poll_and_render(200, fake_hour=False))
-    reference = reference_seconds(payloads(20))
+    # bench_parse's reference: prometheus_client's parse of one polled payload (thread CPU, median)
+    reference = timed(prometheus_client_parse, payloads(20), 60)
     print(f"sidecar_poll_and_render_median_ms: {1000 * result['median']:.2f}")
     # The target is absolute (issue 32); beside it, the same machine's reference, so that a slower
     # machine reads as such and a regression does not: the ratio moves only with the code.
