@@ -10,7 +10,7 @@ pass, beyond the shift fraction), in CONTROL a healthy one whose first seconds a
 requests at AL 1.3 (AcceptanceDropped waits until a new server's k has held for its settling
 time: the warm-up made every new pod warn). Then the old pod is killed: the settled servers' last
 figure within the hour still stands for them. Both rule variants, each on its own Prometheus
-(E2E_OPTIONS' windows of seconds, the hour 45 s, the shift window 12 s, Dropped's settling
+(E2E_OPTIONS' windows of seconds, the hour 60 s, the shift window 12 s, Dropped's settling
 time 16 s).
 """
 
@@ -46,11 +46,14 @@ DROPPED = "VLLMSpecDecodeAcceptanceDropped"
 WARM_UP = [0.2, 0.1]  # a new pod's warm-up requests (random prompts), its first seconds: AL 1.3
 SHIFT_WINDOW = "12s"  # 15m in production; over the 5m range (8 s here) by the 4 s each figure averages
 SETTLE = "16s"  # Dropped's 10m: k recorded at 6 of the long group's evaluations (2.25 s here)
-# The hour 45 s (30 s in E2E_OPTIONS): a canary is a newcomer for about 40 s, time for the checks on a busy machine.
+# The hour 60 s (30 s in E2E_OPTIONS): a canary is a newcomer for about 54 s (k recorded at 24 of the long group's
+# evaluations), time for the checks on a busy machine (38.5 s in a CI run: over the 0.85 guard of a 45 s hour). The
+# long group keeps the 45 s hour's 2.25 s, so the shift window's and Dropped's settling counts are as they were.
 OPTIONS = dataclasses.replace(
     E2E_OPTIONS,
-    ranges={**E2E_OPTIONS.ranges, "1h": "45s", config.ALERT_SHIFT_WINDOW: SHIFT_WINDOW, config.ALERT_DROPPED_SETTLE: SETTLE},
-    fors={**E2E_OPTIONS.fors, ALERT: "6s", DROPPED: "3s"})  # 10m and 3m in production
+    ranges={**E2E_OPTIONS.ranges, "1h": "60s", config.ALERT_SHIFT_WINDOW: SHIFT_WINDOW, config.ALERT_DROPPED_SETTLE: SETTLE},
+    fors={**E2E_OPTIONS.fors, ALERT: "6s", DROPPED: "3s"},  # 10m and 3m in production
+    long_interval="2250ms")
 K_LEVEL = "namespace_model_name_num_speculative_tokens"
 SETTLED = f"{K_LEVEL}:vllm_specdec_settled_mean_acceptance_length:ratio_rate{config.ALERT_SHIFT_WINDOW}"
 NEWCOMERS = f"{K_LEVEL}:vllm_specdec_newcomers_mean_acceptance_length:ratio_rate{config.ALERT_SHIFT_WINDOW}"
