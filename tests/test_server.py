@@ -601,12 +601,15 @@ async def _guarded_site(limits: server.Limits, web_config=None, **routes) -> tup
     return runner, site
 
 
-def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert):
+@pytest.mark.parametrize("others", [b"", b"\x16\x03\x01\x02\x00\x01"], ids=["silent", "half-a-ClientHello"])
+def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, others):
     """At the cap (3 here): a TLS client that sent its ClientHello and waits on the server's
-    answer, two sockets silent past SILENT_SECONDS, then one more connection: a silent one is closed, and
-    the TLS client completes its handshake and its request. Ranked by accept time alone (the
-    handshake's bytes unseen), it was the oldest quiet connection and was closed: helper-35 saw
-    17-38 of 40 TLS probes fail beside silent sockets at ~6,500 a second, 3 ms each way."""
+    answer, two sockets silent past SILENT_SECONDS (or that sent the first bytes of a ClientHello
+    after it, and no more), then one more connection: one of the two is closed, and the TLS client
+    completes its handshake and its request. Ranked by accept time alone (the handshake's bytes
+    unseen), it was the oldest quiet connection and was closed: helper-35 saw 17-38 of 40 TLS
+    probes fail beside silent sockets at ~6,500 a second, 3 ms each way. Ranked by their last
+    byte, the half-sent hellos were fresher than it: 25-26 of 32 probes failed beside them."""
     from vllm_specdec_exporter.webconfig.load import WebConfig
 
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -626,7 +629,9 @@ def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert):
             flight = await _recv_until(client, lambda got: len(got) > 0)  # the server read it and answered
             await asyncio.sleep(0.02)
             silent = [socket.create_connection(("127.0.0.1", site.bound_port)) for _ in range(2)]
-            await asyncio.sleep(2 * server.SILENT_SECONDS)  # accepted, read, nothing in them: silent
+            for s in silent:
+                s.sendall(others)
+            await asyncio.sleep(2 * server.SILENT_SECONDS)  # accepted, read: silent, or heard after the TLS client
             newcomer = socket.create_connection(("127.0.0.1", site.bound_port))  # over the cap
             await asyncio.sleep(0.05)
             while True:  # the rest of the handshake

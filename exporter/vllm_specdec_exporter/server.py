@@ -11,7 +11,8 @@ and aiohttp's handler that
   the wait for every later request;
 - counts connections against a cap kept below the open-file limit, so accept() never
   runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
-  one that sent part of its first headers (slowloris), one idle between requests with
+  one that sent part of its first headers or of its TLS ClientHello (slowloris: the server
+  has not answered what it sent), one idle between requests with
   its answer sent, one on a later request of a keep-alive client (pipelined too), the
   oldest silent for SILENT_SECONDS (no byte read or waiting: ``Pool.evict``), then the
   quietest of the rest (on its first request, or its TLS handshake). A probe (a new
@@ -114,6 +115,7 @@ class _Watch(asyncio.Protocol):
         self.waiting = True  # for the first request's headers
         self.reused = False  # sent more after its first request (keep-alive, pipelined)
         self.heard = False  # any byte read from the peer (a TLS handshake's too)
+        self.answered = False  # the server wrote to the socket (under TLS: its handshake answered a whole hello)
         self._head = b""
         self._timer: asyncio.TimerHandle | None = None
         self.opened_at = self.active = 0.0
@@ -135,7 +137,7 @@ class _Watch(asyncio.Protocol):
         """Lowest is closed first at the cap (the module's docstring says the order). Silent means
         for SILENT_SECONDS: a new connection's bytes are read a loop turn after it is accepted (and
         Pool.evict asks the kernel), so a young one goes with the rest, quietest first."""
-        if self.waiting and self._head:
+        if self.waiting and (self._head or self.hello_partial):
             return 0, self.opened_at
         if self.idle:
             return 1, self.active
@@ -144,6 +146,12 @@ class _Watch(asyncio.Protocol):
         if not self.heard and now - self.opened_at > SILENT_SECONDS:
             return 3, self.opened_at
         return 4, self.active
+
+    @property
+    def hello_partial(self) -> bool:
+        """Under TLS, before the handshake is done: sent bytes the server could not answer yet
+        (the handshake answers a whole ClientHello at once, in the turn it is read)."""
+        return self.transport is None and self.heard and not self.answered
 
     def bytes_waiting(self) -> bool:
         """Bytes the kernel holds for this socket, not read yet (FIONREAD: no read, no side effect)."""
@@ -255,7 +263,8 @@ class _TLS(SSLProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.watch.opened(cast(asyncio.Transport, transport))  # the socket's transport, under TLS
-        super().connection_made(transport)
+        # A stand-in, not a subclass: asyncio.Transport's own methods would shadow the delegation.
+        super().connection_made(cast(asyncio.BaseTransport, _Written(cast(asyncio.Transport, transport), self.watch)))
 
     def buffer_updated(self, nbytes: int) -> None:
         # The handshake's bytes: a probe mid-handshake is not a silent socket.
@@ -265,6 +274,21 @@ class _TLS(SSLProtocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.watch.closed()
         super().connection_lost(exc)
+
+
+class _Written:
+    """The socket's transport as asyncio's TLS layer sees it: marks the watch answered on the
+    first bytes written (only public calls; every other attribute is the transport's own)."""
+
+    def __init__(self, transport: asyncio.Transport, watch: _Watch):
+        self._transport, self._watch = transport, watch
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._watch.answered = True
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedSite(web.BaseSite):
