@@ -689,6 +689,41 @@ def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
     assert silent_got == b"<EOF>"
 
 
+@pytest.mark.parametrize("first", [b"", b"Connection: Upgrade\r\nUpgrade: websocket\r\n"], ids=["plain", "upgrade"])
+def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first):
+    """At the cap (2 here): a probe on its first request, then a connection that pipelined a
+    second request behind its first in its first bytes (an Upgrade aiohttp declines too: its
+    parser stops at an upgrade and left the rest unparsed, so it was not counted), both answers
+    slow. One more connection closes the pipelining one, not the probe: ranked with first
+    requests, the probe was the quieter and was closed."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        return web.Response(text="ok\n")
+
+    async def main() -> tuple[bytes, bytes]:
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2), slow=slow)
+        try:
+            probe = socket.create_connection(("127.0.0.1", site.bound_port))
+            probe.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await asyncio.sleep(0.05)
+            pipelining = socket.create_connection(("127.0.0.1", site.bound_port))
+            pipelining.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + first + b"\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.05)
+            third = socket.create_connection(("127.0.0.1", site.bound_port))
+            answer = await _recv_until(probe, lambda got: got.endswith(b"ok\n"))
+            cut = await _recv_until(pipelining, lambda got: False, 1.5)
+            for s in (probe, pipelining, third):
+                s.close()
+            return answer, cut
+        finally:
+            await runner.cleanup()
+
+    answer, cut = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
+    assert cut == b"<EOF>", cut
+
+
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
     """At the cap (2 here), a connection whose handler waits for its next request while its last
     answer still sits in the transport's buffer (a slow reader) is not idle: the keep-alive

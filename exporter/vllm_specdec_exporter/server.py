@@ -207,8 +207,9 @@ class _Watch(asyncio.Protocol):
         if self.transport is None:
             return
         self._head += data
+        end = _headers_end(self._head)
         # Over 16 KiB without an end: aiohttp refuses it (431) once it has it.
-        if b"\r\n\r\n" in self._head or b"\n\n" in self._head or len(self._head) > 16384:
+        if end is not None or len(self._head) > 16384:
             self.waiting = False
             if self._timer:
                 self._timer.cancel()
@@ -219,7 +220,8 @@ class _Watch(asyncio.Protocol):
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
-            self.reused = len(getattr(self.handler, "_messages", ())) > 1  # pipelined in its first bytes
+            # Pipelined in its first bytes (GET has no body), behind an Upgrade too, which aiohttp's parser leaves unparsed.
+            self.reused = end is not None and len(head) > end
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
@@ -237,6 +239,11 @@ class _Watch(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.handler is not None:
             self.handler.resume_writing()
+
+
+def _headers_end(head: bytes) -> int | None:
+    """Where the first request's headers end (past their blank line), once they have."""
+    return min((i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := head.find(sep)) >= 0), default=None)
 
 
 def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
