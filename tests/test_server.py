@@ -585,6 +585,20 @@ async def _recv_until(s: socket.socket, until: Callable[[bytes], bool], seconds:
     return got
 
 
+async def _kept_and_cut(kept: socket.socket, cut: socket.socket, *others: socket.socket, within: float) -> tuple[bytes, bytes]:
+    """What ``kept`` receives until its answer ("ok\\n") and ``cut`` until EOF or ``within`` s; then all closed."""
+    answer = await _recv_until(kept, lambda got: got.endswith(b"ok\n"))
+    got = await _recv_until(cut, lambda got: False, within)
+    for s in (kept, cut, *others):
+        s.close()
+    return answer, got
+
+
+def _assert_kept_and_cut(answer: bytes, cut: bytes) -> None:
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
+    assert cut == b"<EOF>", cut
+
+
 async def _ok(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
@@ -676,17 +690,11 @@ def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
             asking.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             silent = socket.create_connection(("127.0.0.1", site.bound_port))
             third = socket.create_connection(("127.0.0.1", site.bound_port))  # all three before the loop runs
-            answer = await _recv_until(asking, lambda got: got.endswith(b"ok\n"))
-            silent_got = await _recv_until(silent, lambda got: False, 0.5)
-            for s in (asking, silent, third):
-                s.close()
-            return answer, silent_got
+            return await _kept_and_cut(asking, silent, third, within=0.5)
         finally:
             await runner.cleanup()
 
-    answer, silent_got = asyncio.run(main())
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
-    assert silent_got == b"<EOF>"
+    _assert_kept_and_cut(*asyncio.run(main()))
 
 
 @pytest.mark.parametrize("first", [b"", b"Connection: Upgrade\r\nUpgrade: websocket\r\n"], ids=["plain", "upgrade"])
@@ -711,17 +719,11 @@ def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first)
             pipelining.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + first + b"\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
             await asyncio.sleep(0.05)
             third = socket.create_connection(("127.0.0.1", site.bound_port))
-            answer = await _recv_until(probe, lambda got: got.endswith(b"ok\n"))
-            cut = await _recv_until(pipelining, lambda got: False, 1.5)
-            for s in (probe, pipelining, third):
-                s.close()
-            return answer, cut
+            return await _kept_and_cut(probe, pipelining, third, within=1.5)
         finally:
             await runner.cleanup()
 
-    answer, cut = asyncio.run(main())
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
-    assert cut == b"<EOF>", cut
+    _assert_kept_and_cut(*asyncio.run(main()))
 
 
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
