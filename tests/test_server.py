@@ -615,59 +615,86 @@ async def _guarded_site(limits: server.Limits, web_config=None, **routes) -> tup
     return runner, site
 
 
-@pytest.mark.parametrize("others", [b"", b"\x16\x03\x01\x02\x00\x01"], ids=["silent", "half-a-ClientHello"])
-def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, others):
-    """At the cap (3 here): a TLS client that sent its ClientHello and waits on the server's
-    answer, two sockets silent past SILENT_SECONDS (or that sent the first bytes of a ClientHello
-    after it, and no more), then one more connection: one of the two is closed, and the TLS client
-    completes its handshake and its request. Ranked by accept time alone (the handshake's bytes
-    unseen), it was the oldest quiet connection and was closed: helper-35 saw 17-38 of 40 TLS
-    probes fail beside silent sockets at ~6,500 a second, 3 ms each way. Ranked by their last
-    byte, the half-sent hellos were fresher than it: 25-26 of 32 probes failed beside them."""
+class _TLSClient:
+    """A TLS client driven by hand (memory BIOs), so that a test can hold it mid-handshake."""
+
+    def __init__(self, ca: Path, port: int):
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        ctx = ssl.create_default_context(cafile=str(ca))
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
+        self.sock = socket.create_connection(("127.0.0.1", port))
+
+    def hello(self) -> bytes:
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.do_handshake()
+        return self.outgoing.read()
+
+    async def finish(self, flight: bytes) -> bytes:
+        """The rest of the handshake from the server's first ``flight``, then GET /x: its answer."""
+        while True:
+            self.incoming.write(flight)
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.outgoing.read())
+                flight = await _recv_until(self.sock, lambda got: len(got) > 0)
+                assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-handshake"
+        self.tls.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.sock.sendall(self.outgoing.read())
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            data = await _recv_until(self.sock, lambda got: len(got) > 0)
+            assert data and not data.endswith(b"<EOF>"), answer
+            self.incoming.write(data)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                answer += self.tls.read(65536)
+        return answer
+
+
+def _tls_config(server_cert):
     from vllm_specdec_exporter.webconfig.load import WebConfig
 
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(*map(str, server_cert))
-    cfg = WebConfig(ssl_context=server_ctx)
+    return WebConfig(ssl_context=server_ctx)
+
+
+@pytest.mark.parametrize("others", ["silent", "half-a-ClientHello", "a-ClientHello-then-one-byte"])
+def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, others):
+    """At the cap (3 here): a TLS client that sent its ClientHello and waits on the server's
+    answer, two other sockets, then one more connection: one of the two is closed, and the TLS
+    client completes its handshake and its request. The two: silent past SILENT_SECONDS, or
+    that sent the first bytes of a ClientHello after it and no more, or a whole ClientHello
+    before it (answered) and, after it, the first byte of their next flight. Ranked by accept
+    time alone (the handshake's bytes unseen), the client was the oldest quiet connection and
+    was closed: helper-35 saw 17-38 of 40 TLS probes fail beside silent sockets at ~6,500 a
+    second, 3 ms each way. Ranked by their last byte, the other two were fresher than it: 26-27
+    of 32 probes failed beside half-sent hellos (helper-36 found the second flight's way)."""
+    cfg = _tls_config(server_cert)
 
     async def main() -> tuple[bytes, list[bytes]]:
         runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=3), lambda: cfg)
         try:
-            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-            tls = ssl.create_default_context(cafile=str(server_cert[0])).wrap_bio(incoming, outgoing,
-                                                                                  server_hostname="127.0.0.1")
-            client = socket.create_connection(("127.0.0.1", site.bound_port))
-            with contextlib.suppress(ssl.SSLWantReadError):
-                tls.do_handshake()
-            client.sendall(outgoing.read())  # the ClientHello
-            flight = await _recv_until(client, lambda got: len(got) > 0)  # the server read it and answered
+            port, other = site.bound_port, []
+            if others == "a-ClientHello-then-one-byte":  # before the client: their hellos answered
+                other = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+                for s in other:
+                    s.sendall(_TLSClient(server_cert[0], port).hello())
+                await asyncio.sleep(0.02)
+            client = _TLSClient(server_cert[0], port)
+            client.sock.sendall(client.hello())
+            flight = await _recv_until(client.sock, lambda got: len(got) > 0)  # the server read it and answered
             await asyncio.sleep(0.02)
-            silent = [socket.create_connection(("127.0.0.1", site.bound_port)) for _ in range(2)]
-            for s in silent:
-                s.sendall(others)
-            await asyncio.sleep(2 * server.SILENT_SECONDS)  # accepted, read: silent, or heard after the TLS client
-            newcomer = socket.create_connection(("127.0.0.1", site.bound_port))  # over the cap
+            other = other or [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+            for s in other:
+                s.sendall({"silent": b"", "half-a-ClientHello": b"\x16\x03\x01\x02\x00\x01"}.get(others, b"\x14"))
+            await asyncio.sleep(2 * server.SILENT_SECONDS)  # read: silent, or heard after the TLS client
+            newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap
             await asyncio.sleep(0.05)
-            while True:  # the rest of the handshake
-                incoming.write(flight)
-                try:
-                    tls.do_handshake()
-                    break
-                except ssl.SSLWantReadError:
-                    client.sendall(outgoing.read())
-                    flight = await _recv_until(client, lambda got: len(got) > 0)
-                    assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-handshake"
-            tls.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            client.sendall(outgoing.read())
-            answer = b""
-            while not answer.endswith(b"ok\n"):
-                data = await _recv_until(client, lambda got: len(got) > 0)
-                assert data and not data.endswith(b"<EOF>"), answer
-                incoming.write(data)
-                with contextlib.suppress(ssl.SSLWantReadError):
-                    answer += tls.read(65536)
-            closed = [await _recv_until(s, lambda got: False, 0.5) for s in silent]  # until EOF, or 0.5 s
-            for s in (client, newcomer, *silent):
+            answer = await client.finish(flight)
+            closed = [await _recv_until(s, lambda got: False, 0.5) for s in other]  # until EOF, or 0.5 s
+            for s in (client.sock, newcomer, *other):
                 s.close()
             return answer, closed
         finally:
@@ -675,7 +702,42 @@ def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, oth
 
     answer, closed = asyncio.run(main())
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
-    assert b"<EOF>" in closed, closed  # a silent socket was the one closed
+    assert any(c.endswith(b"<EOF>") for c in closed), closed  # one of the other two was closed
+
+
+def test_a_tls_client_whose_hello_comes_in_two_parts_outlasts_silent_connections(server_cert):
+    """At the cap (3 here): two sockets silent past SILENT_SECONDS, then a TLS client whose
+    ClientHello comes in two parts 40 ms apart (a post-quantum key share makes a hello span two
+    segments), one more connection in between: a silent one is closed, not the client (ranked
+    with slowloris, before silence, it was: helper-36)."""
+    cfg = _tls_config(server_cert)
+
+    async def main() -> tuple[bytes, list[bytes]]:
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=3), lambda: cfg)
+        try:
+            silent = [socket.create_connection(("127.0.0.1", site.bound_port)) for _ in range(2)]
+            await asyncio.sleep(2 * server.SILENT_SECONDS)
+            client = _TLSClient(server_cert[0], site.bound_port)
+            client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello = client.hello()
+            client.sock.sendall(hello[: len(hello) // 2])
+            await asyncio.sleep(0.02)
+            newcomer = socket.create_connection(("127.0.0.1", site.bound_port))  # over the cap
+            await asyncio.sleep(0.02)
+            client.sock.sendall(hello[len(hello) // 2 :])
+            flight = await _recv_until(client.sock, lambda got: len(got) > 0)
+            assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-hello"
+            answer = await client.finish(flight)
+            closed = [await _recv_until(s, lambda got: False, 0.5) for s in silent]
+            for s in (client.sock, newcomer, *silent):
+                s.close()
+            return answer, closed
+        finally:
+            await runner.cleanup()
+
+    answer, closed = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
+    assert b"<EOF>" in closed, closed
 
 
 def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():

@@ -11,10 +11,10 @@ and aiohttp's handler that
   the wait for every later request;
 - counts connections against a cap kept below the open-file limit, so accept() never
   runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
-  one that sent part of its first headers or of its TLS ClientHello (slowloris: the server
-  has not answered what it sent), one idle between requests with
+  one that sent part of its first headers (slowloris), one idle between requests with
   its answer sent, one on a later request of a keep-alive client (pipelined too), the
-  oldest silent for SILENT_SECONDS (no byte read or waiting: ``Pool.evict``), then the
+  oldest silent for SILENT_SECONDS (no byte read or waiting: ``Pool.evict``) or whose last
+  bytes its TLS handshake could not answer (a ClientHello stalled half-way), then the
   quietest of the rest (on its first request, or its TLS handshake). A probe (a new
   connection, one request) gets in beside slowloris, keep-alive, silent and slow-request
   floods, over TLS too, a Prometheus scrape beside slowloris, and a slow reader gets all
@@ -115,7 +115,7 @@ class _Watch(asyncio.Protocol):
         self.waiting = True  # for the first request's headers
         self.reused = False  # sent more after its first request (keep-alive, pipelined)
         self.heard = False  # any byte read from the peer (a TLS handshake's too)
-        self.answered = False  # the server wrote to the socket (under TLS: its handshake answered a whole hello)
+        self.answered_at: float | None = None  # the server's last write to the socket (under TLS: a handshake flight)
         self._head = b""
         self._timer: asyncio.TimerHandle | None = None
         self.opened_at = self.active = 0.0
@@ -136,22 +136,25 @@ class _Watch(asyncio.Protocol):
     def eviction_order(self, now: float) -> tuple[int, float]:
         """Lowest is closed first at the cap (the module's docstring says the order). Silent means
         for SILENT_SECONDS: a new connection's bytes are read a loop turn after it is accepted (and
-        Pool.evict asks the kernel), so a young one goes with the rest, quietest first."""
-        if self.waiting and (self._head or self.hello_partial):
+        Pool.evict asks the kernel), so a young one goes with the rest, quietest first. Unanswered
+        TLS bytes rank with silence, oldest first: a real hello split over two segments (a
+        post-quantum key share makes it ~1.5 KB) is the youngest of them while its rest comes."""
+        if self.waiting and self._head:
             return 0, self.opened_at
         if self.idle:
             return 1, self.active
         if self.reused:
             return 2, self.active
-        if not self.heard and now - self.opened_at > SILENT_SECONDS:
+        if (not self.heard and now - self.opened_at > SILENT_SECONDS) or self.tls_bytes_unanswered:
             return 3, self.opened_at
         return 4, self.active
 
     @property
-    def hello_partial(self) -> bool:
-        """Under TLS, before the handshake is done: sent bytes the server could not answer yet
-        (the handshake answers a whole ClientHello at once, in the turn it is read)."""
-        return self.transport is None and self.heard and not self.answered
+    def tls_bytes_unanswered(self) -> bool:
+        """Under TLS, before the handshake is done: its last bytes were not answered. The handshake
+        answers a whole flight (or ends) in the turn it reads it, so these are part of one: a
+        ClientHello stalled half-way, or the first byte of a later flight."""
+        return self.transport is None and self.heard and (self.answered_at is None or self.answered_at < self.active)
 
     def bytes_waiting(self) -> bool:
         """Bytes the kernel holds for this socket, not read yet (FIONREAD: no read, no side effect)."""
@@ -284,14 +287,14 @@ class _TLS(SSLProtocol):
 
 
 class _Written:
-    """The socket's transport as asyncio's TLS layer sees it: marks the watch answered on the
-    first bytes written (only public calls; every other attribute is the transport's own)."""
+    """The socket's transport as asyncio's TLS layer sees it: notes when the watch was last
+    answered (only public calls; every other attribute is the transport's own)."""
 
     def __init__(self, transport: asyncio.Transport, watch: _Watch):
         self._transport, self._watch = transport, watch
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._watch.answered = True
+        self._watch.answered_at = asyncio.get_running_loop().time()
         self._transport.write(data)
 
     def __getattr__(self, name: str) -> Any:
