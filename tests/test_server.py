@@ -651,6 +651,19 @@ class _TLSClient:
                 answer += self.tls.read(65536)
         return answer
 
+    async def served_beside(self, flight: bytes, others: list[socket.socket], *rest: socket.socket) -> tuple[bytes, list[bytes]]:
+        """finish(flight), then what each of ``others`` receives until EOF or 0.5 s; all closed."""
+        answer = await self.finish(flight)
+        closed = [await _recv_until(s, lambda got: False, 0.5) for s in others]
+        for s in (self.sock, *others, *rest):
+            s.close()
+        return answer, closed
+
+
+def _assert_served_and_one_closed(answer: bytes, closed: list[bytes]) -> None:
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
+    assert any(c.endswith(b"<EOF>") for c in closed), closed  # one of the others was closed
+
 
 def _tls_config(server_cert):
     from vllm_specdec_exporter.webconfig.load import WebConfig
@@ -692,17 +705,11 @@ def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, oth
             await asyncio.sleep(2 * server.SILENT_SECONDS)  # read: silent, or heard after the TLS client
             newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap
             await asyncio.sleep(0.05)
-            answer = await client.finish(flight)
-            closed = [await _recv_until(s, lambda got: False, 0.5) for s in other]  # until EOF, or 0.5 s
-            for s in (client.sock, newcomer, *other):
-                s.close()
-            return answer, closed
+            return await client.served_beside(flight, other, newcomer)
         finally:
             await runner.cleanup()
 
-    answer, closed = asyncio.run(main())
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
-    assert any(c.endswith(b"<EOF>") for c in closed), closed  # one of the other two was closed
+    _assert_served_and_one_closed(*asyncio.run(main()))
 
 
 def test_a_tls_client_whose_hello_comes_in_two_parts_outlasts_silent_connections(server_cert):
@@ -727,17 +734,11 @@ def test_a_tls_client_whose_hello_comes_in_two_parts_outlasts_silent_connections
             client.sock.sendall(hello[len(hello) // 2 :])
             flight = await _recv_until(client.sock, lambda got: len(got) > 0)
             assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-hello"
-            answer = await client.finish(flight)
-            closed = [await _recv_until(s, lambda got: False, 0.5) for s in silent]
-            for s in (client.sock, newcomer, *silent):
-                s.close()
-            return answer, closed
+            return await client.served_beside(flight, silent, newcomer)
         finally:
             await runner.cleanup()
 
-    answer, closed = asyncio.run(main())
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
-    assert b"<EOF>" in closed, closed
+    _assert_served_and_one_closed(*asyncio.run(main()))
 
 
 def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
