@@ -45,7 +45,7 @@ def renders(accepts: list[str], states=None) -> tuple[int, list[bytes]]:
         out = []
         for accept in accepts:
             encoder, _ = choose_encoder(accept)
-            identity, _ = await exposition.bodies(encoder, state)
+            identity, _ = await exposition.bodies(encoder, lambda: state)
             out.append(identity)
         return out
 
@@ -83,14 +83,46 @@ def test_scrapes_waiting_on_a_render_begun_after_they_came_take_it():
     encoder, _ = choose_encoder("")
 
     async def go() -> list[bytes]:
-        return [b for b, _ in await asyncio.gather(*(exposition.bodies(encoder, (n,)) for n in range(30)))]
+        return [b for b, _ in await asyncio.gather(*(exposition.bodies(encoder, lambda n=n: (n,)) for n in range(30)))]
 
     bodies = asyncio.run(go())
     assert counting.collects == 2, counting.collects
     assert len(bodies) == 30 and all(b.startswith(b"# HELP x_ratio") for b in bodies)
     # One scrape later, with a state not seen: rendered again (the cache is by state, as before).
-    asyncio.run(exposition.bodies(encoder, (99,)))
+    asyncio.run(exposition.bodies(encoder, lambda: (99,)))
     assert counting.collects == 3
+
+
+def test_a_scrape_that_waited_while_a_poll_published_keeps_the_newer_bodies():
+    """A text render under way; an OpenMetrics scrape waits for it; a poll publishes; a text scrape
+    waits too. Each renders once, at the newer state, and both bodies stay cached: one more scrape
+    of each renders nothing. With the state read on arrival, the OpenMetrics body was labelled with
+    the older state and dropped the text body of the newer one: two more renders."""
+    registry, counting = CollectorRegistry(auto_describe=False), Counting()
+    registry.register(counting)
+    exposition = Exposition(registry)
+    text, openmetrics = choose_encoder("")[0], choose_encoder("application/openmetrics-text; version=1.0.0")[0]
+    current = [object()]
+
+    def slow_text(reg):
+        time.sleep(0.2)  # the render under way, in its thread
+        return text(reg)
+
+    async def go() -> None:
+        first = asyncio.create_task(exposition.bodies(slow_text, lambda: (current[0],)))
+        await asyncio.sleep(0.05)
+        waiting_openmetrics = asyncio.create_task(exposition.bodies(openmetrics, lambda: (current[0],)))
+        await asyncio.sleep(0.01)
+        current[0] = object()  # a poll publishes a new view
+        waiting_text = asyncio.create_task(exposition.bodies(text, lambda: (current[0],)))
+        await asyncio.gather(first, waiting_openmetrics, waiting_text)
+        rendered = counting.collects
+        for encoder in (openmetrics, text):
+            await exposition.bodies(encoder, lambda: (current[0],))
+        assert counting.collects == rendered, (rendered, counting.collects)
+
+    asyncio.run(go())
+    assert counting.collects == 3  # the first text render, then OpenMetrics and text at the new state
 
 
 # ---- from test_bounded_render.py

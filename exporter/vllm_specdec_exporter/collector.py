@@ -325,18 +325,24 @@ class Exposition:
         # body_key(encoder) -> (the state rendered, which render, identity body, gzip body)
         self._cache: dict[tuple[object, ...], tuple[tuple[object, ...], int, bytes, bytes]] = {}
 
-    async def bodies(self, encoder: Callable[[CollectorRegistry], bytes], state: tuple[object, ...]) -> tuple[bytes, bytes]:
-        """(identity, gzip) bodies for ``state``: objects compared by identity (the views)."""
+    async def bodies(
+        self, encoder: Callable[[CollectorRegistry], bytes], state: Callable[[], tuple[object, ...]]
+    ) -> tuple[bytes, bytes]:
+        """(identity, gzip) bodies for the current ``state()``: objects compared by identity (the
+        views). Read once the lock is held: read on arrival, a scrape that waited while a poll
+        published labelled its render with the older state and dropped the other encoders'
+        bodies of the newer one (each rendered again on its next scrape)."""
         key = body_key(encoder)
         arrived = self._started
         async with self._lock:
+            now = state()
             cached = self._cache.get(key)
-            if cached is None or not (cached[1] > arrived or _same(cached[0], state)):
+            if cached is None or not (cached[1] > arrived or _same(cached[0], now)):
                 self._started += 1
                 render = self._started
                 body, zipped = await asyncio.to_thread(self._render, encoder)
-                self._cache = {t: c for t, c in self._cache.items() if _same(c[0], state)}
-                self._cache[key] = cached = (state, render, body, zipped)
+                self._cache = {t: c for t, c in self._cache.items() if _same(c[0], now)}
+                self._cache[key] = cached = (now, render, body, zipped)
             return cached[2], cached[3]
 
     def _render(self, encoder: Callable[[CollectorRegistry], bytes]) -> tuple[bytes, bytes]:

@@ -124,12 +124,15 @@ def metrics_handler(
     every scrape gets the same bytes (200 concurrent scrapes cost one render)."""
     exposition = Exposition(registry)
 
-    async def metrics(request: web.Request) -> web.Response:
-        encoder, content_type = choose(request.headers.get("Accept", ""))
+    def state() -> tuple[object, ...]:
+        """What the body depends on: the views, their freshness, the reloads, the connection counts."""
         settings, now = app[SETTINGS], app[MONO]()
         views = tuple(p.view for p in app[POLLERS])
         reloads = () if web_config is None else (web_config.last_reload_ok, web_config.reload_failures)
-        state = (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads, *connection_counts(app))
+        return (*views, *(is_fresh(v, now, settings.staleness) for v in views), *reloads, *connection_counts(app))
+
+    async def metrics(request: web.Request) -> web.Response:
+        encoder, content_type = choose(request.headers.get("Accept", ""))
         identity, zipped = await exposition.bodies(encoder, state)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
