@@ -956,6 +956,56 @@ def test_half_open_connections_are_closed_at_the_header_timeout():
 
 
 
+@pytest.mark.parametrize("head", [
+    b"\r\n\r\nGET /x HTTP/1.1\r\nX-Slow: 1\r\n",  # blank lines first: aiohttp skips them (RFC 9112 2.2)
+    b"GET /x HTTP/1.1\r\n" + 3 * (b"X-Long: " + 6000 * b"a" + b"\r\n"),  # over 16 KiB, no line over aiohttp's 8190
+], ids=["leading-blank-lines", "over-16-KiB"])
+def test_first_headers_that_only_look_ended_keep_the_header_timeout(head):
+    """First bytes whose headers are not ended, though a blank line came first or they passed the
+    16 KiB handed to aiohttp: closed at the header timeout (1 s here), counted, and ranked with
+    slowloris meanwhile. Both waited for aiohttp's keep-alive timeout (75 s in production) instead,
+    ranked idle (helper-37)."""
+
+    async def main() -> tuple[int, float, bytes, int]:
+        runner, site = await _guarded_site(server.Limits(header_timeout=1, max_connections=8))
+        try:
+            s = socket.create_connection(("127.0.0.1", site.bound_port))
+            s.sendall(head)
+            started = time.monotonic()
+            await asyncio.sleep(0.2)
+            [watch] = site.pool.conns
+            rank = watch.eviction_order(asyncio.get_running_loop().time())[0]
+            got = await _recv_until(s, lambda got: False, 3)
+            s.close()
+            return rank, time.monotonic() - started, got, site.timed_out
+        finally:
+            await runner.cleanup()
+
+    rank, lived, got, timed_out = asyncio.run(main())
+    assert rank == 0
+    assert got.endswith(b"<EOF>") and lived < 1.5, (lived, got[:80])
+    assert timed_out == 1
+
+
+def test_a_request_followed_by_a_stray_blank_line_is_not_taken_for_pipelining():
+    """A bare CRLF after the request (as `echo ... | nc` sends) is not another request: the
+    connection is not marked reused."""
+
+    async def main() -> bool:
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=8))
+        try:
+            s = socket.create_connection(("127.0.0.1", site.bound_port))
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n\r\n")
+            await _recv_until(s, lambda got: got.endswith(b"ok\n"))
+            [watch] = site.pool.conns
+            s.close()
+            return watch.reused
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) is False
+
+
 @LATENCY
 def test_tls_connections_that_never_finish_the_handshake_are_closed(tmp_path):
     """Slowloris on the TLS port: 30 connections that send three bytes of a ClientHello

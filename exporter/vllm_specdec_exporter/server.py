@@ -139,7 +139,7 @@ class _Watch(asyncio.Protocol):
         Pool.evict asks the kernel), so a young one goes with the rest, quietest first. Unanswered
         TLS bytes rank with silence, oldest first: a real hello split over two segments (a
         post-quantum key share makes it ~1.5 KB) is the youngest of them while its rest comes."""
-        if self.waiting and self._head:
+        if self.waiting and (self._head or self.connected):  # part of its first headers, held or handed on
             return 0, self.opened_at
         if self.idle:
             return 1, self.active
@@ -211,10 +211,11 @@ class _Watch(asyncio.Protocol):
             return
         self._head += data
         end = _headers_end(self._head)
-        # Over 16 KiB without an end: aiohttp refuses it (431) once it has it.
+        # Over 16 KiB without an end: aiohttp refuses most such heads at once (400); one it waits on
+        # (long lines, few of them) is still waited for here, and closed at the header timeout.
         if end is not None or len(self._head) > 16384:
-            self.waiting = False
-            if self._timer:
+            self.waiting = end is None
+            if self._timer and end is not None:
                 self._timer.cancel()
             server = self.site._runner.server
             if server is None:  # the runner is set up before any site starts
@@ -223,8 +224,9 @@ class _Watch(asyncio.Protocol):
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
-            # Pipelined in its first bytes (GET has no body), behind an Upgrade too, which aiohttp's parser leaves unparsed.
-            self.reused = end is not None and len(head) > end
+            # Pipelined in its first bytes (GET has no body), behind an Upgrade too, which aiohttp's parser
+            # leaves unparsed; a stray blank line after the request is not another one.
+            self.reused = end is not None and bool(head[end:].strip(b"\r\n"))
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
@@ -245,8 +247,11 @@ class _Watch(asyncio.Protocol):
 
 
 def _headers_end(head: bytes) -> int | None:
-    """Where the first request's headers end (past their blank line), once they have."""
-    return min((i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := head.find(sep)) >= 0), default=None)
+    """Where the first request's headers end (past their blank line), once they have. Blank
+    lines before the request line are skipped, as aiohttp's parser does (RFC 9112 2.2): taken
+    for the end, they let a slowloris out of the header timeout."""
+    start = len(head) - len(head.lstrip(b"\r\n"))
+    return min((i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := head.find(sep, start)) >= 0), default=None)
 
 
 def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
