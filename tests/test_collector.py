@@ -125,6 +125,35 @@ def test_a_scrape_that_waited_while_a_poll_published_keeps_the_newer_bodies():
     assert counting.collects == 3  # the first text render, then OpenMetrics and text at the new state
 
 
+def test_scrapes_in_two_formats_while_each_render_sees_a_poll_render_each_format_once_more():
+    """A text render under way, then 20 scrapes alternating OpenMetrics and text, and a poll
+    publishing during every render: each format renders once more and the rest take those
+    (3 renders). Dropping the other format's body of the older state at each render, though
+    scrapes still waiting could take it, rendered once per scrape (21; helper-37)."""
+    current = [object()]
+
+    class Publishing(Counting):
+        def collect(self):
+            time.sleep(0.02)  # a render under way, in its thread
+            current[0] = object()  # a poll publishes meanwhile
+            yield from super().collect()
+
+    registry, counting = CollectorRegistry(auto_describe=False), Publishing()
+    registry.register(counting)
+    exposition = Exposition(registry)
+    text, openmetrics = choose_encoder("")[0], choose_encoder("application/openmetrics-text; version=1.0.0")[0]
+
+    async def go() -> list[bytes]:
+        first = asyncio.create_task(exposition.bodies(text, lambda: (current[0],)))
+        await asyncio.sleep(0.005)
+        rest = [exposition.bodies((openmetrics, text)[n % 2], lambda: (current[0],)) for n in range(20)]
+        return [b for b, _ in await asyncio.gather(first, *rest)]
+
+    bodies = asyncio.run(go())
+    assert counting.collects == 3, counting.collects
+    assert all(b.endswith(b"# EOF\n") for b in bodies[1::2]) and not any(b"# EOF" in b for b in bodies[2::2])
+
+
 # ---- from test_bounded_render.py
 # Issue 19 item 8: at the documented bounds (4,096 engines held: examples/config.yaml's
 # max_series_per_target), rendering /metrics must not stop the event loop: /healthz keeps
