@@ -987,6 +987,41 @@ def test_first_headers_that_only_look_ended_keep_the_header_timeout(head):
     assert timed_out == 1
 
 
+@pytest.mark.parametrize("then", ["slow-answer", "keep-alive"])
+def test_a_real_head_over_16_kib_in_two_reads_is_served_and_kept(then):
+    """An 18 KB head aiohttp accepts (three 6,000-byte lines), its first read past 16 KiB without
+    the end, the rest 50 ms later: answered though the answer takes longer than the header
+    timeout (1 s here), then idle and asked again after it, never counted as timed out. Held to
+    the header timeout once handed on, it was cut at 1 s both ways (helper-38)."""
+    big = b"GET /slow HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Long-%d: " % i + 6000 * b"a" + b"\r\n" for i in range(3)) + b"\r\n"
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.5 if then == "slow-answer" else 0)
+        return web.Response(text="ok\n")
+
+    async def main() -> tuple[bytes, int, bytes, int]:
+        runner, site = await _guarded_site(server.Limits(header_timeout=1, max_connections=8), slow=slow)
+        try:
+            s = socket.create_connection(("127.0.0.1", site.bound_port))
+            s.sendall(big[:16500])
+            await asyncio.sleep(0.05)
+            s.sendall(big[16500:])
+            first = await _recv_until(s, lambda got: got.endswith(b"ok\n"), 3)
+            [watch] = site.pool.conns
+            rank = watch.eviction_order(asyncio.get_running_loop().time())[0]
+            await asyncio.sleep(1.2 if then == "keep-alive" else 0)
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            second = await _recv_until(s, lambda got: got.endswith(b"ok\n"), 3)
+            s.close()
+            return first, rank, second, site.timed_out
+        finally:
+            await runner.cleanup()
+
+    first, rank, second, timed_out = asyncio.run(main())
+    assert first.endswith(b"ok\n") and second.endswith(b"ok\n"), (first[-40:], second[-40:])
+    assert rank in (1, 2) and timed_out == 0, (rank, timed_out)  # idle, or a later request: not slowloris
+
+
 def test_a_request_followed_by_a_stray_blank_line_is_not_taken_for_pipelining():
     """A bare CRLF after the request (as `echo ... | nc` sends) is not another request: the
     connection is not marked reused."""

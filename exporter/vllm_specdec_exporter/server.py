@@ -204,15 +204,16 @@ class _Watch(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.active, self.heard = asyncio.get_running_loop().time(), True
         if self.handler is not None:
-            self.reused = True  # GET has no body: more bytes are another request
+            self.reused = not self.waiting  # GET has no body: more bytes are another request
             self.handler.data_received(data)
+            self._parsed()
             return
         if self.transport is None:
             return
         self._head += data
         end = _headers_end(self._head)
         # Over 16 KiB without an end: aiohttp refuses most such heads at once (400); one it waits on
-        # (long lines, few of them) is still waited for here, and closed at the header timeout.
+        # (long lines, few of them) is waited for until it parses the request, or the header timeout.
         if end is not None or len(self._head) > 16384:
             self.waiting = end is None
             if self._timer and end is not None:
@@ -224,9 +225,18 @@ class _Watch(asyncio.Protocol):
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
+            self._parsed()
             # Pipelined in its first bytes (GET has no body), behind an Upgrade too, which aiohttp's parser
             # leaves unparsed; a stray blank line after the request is not another one.
             self.reused = end is not None and bool(head[end:].strip(b"\r\n"))
+
+    def _parsed(self) -> None:
+        """A head handed on over 16 KiB, once aiohttp has parsed (or refused) its request: no
+        longer waiting (it queues the message in the call that reads its end)."""
+        if self.waiting and getattr(self.handler, "_messages", None):
+            self.waiting = False
+            if self._timer:
+                self._timer.cancel()
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
