@@ -206,7 +206,8 @@ class _Watch(asyncio.Protocol):
         if self.handler is not None:
             self.reused = not self.waiting  # GET has no body: more bytes are another request
             self.handler.data_received(data)
-            self._parsed()
+            if self.waiting and getattr(self.handler, "_messages", None):  # a head over 16 KiB, now parsed (or refused)
+                self._headers_in()
             return
         if self.transport is None:
             return
@@ -215,9 +216,6 @@ class _Watch(asyncio.Protocol):
         # Over 16 KiB without an end: aiohttp refuses most such heads at once (400); one it waits on
         # (long lines, few of them) is waited for until it parses the request, or the header timeout.
         if end is not None or len(self._head) > 16384:
-            self.waiting = end is None
-            if self._timer and end is not None:
-                self._timer.cancel()
             server = self.site._runner.server
             if server is None:  # the runner is set up before any site starts
                 raise RuntimeError("connection before the web runner was set up")
@@ -225,18 +223,18 @@ class _Watch(asyncio.Protocol):
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
             self.handler.data_received(head)
-            self._parsed()
+            # aiohttp queues a request in the call that reads its end: one over 16 KiB may still be coming
+            if end is not None or getattr(self.handler, "_messages", None):
+                self._headers_in()
             # Pipelined in its first bytes (GET has no body), behind an Upgrade too, which aiohttp's parser
             # leaves unparsed; a stray blank line after the request is not another one.
             self.reused = end is not None and bool(head[end:].strip(b"\r\n"))
 
-    def _parsed(self) -> None:
-        """A head handed on over 16 KiB, once aiohttp has parsed (or refused) its request: no
-        longer waiting (it queues the message in the call that reads its end)."""
-        if self.waiting and getattr(self.handler, "_messages", None):
-            self.waiting = False
-            if self._timer:
-                self._timer.cancel()
+    def _headers_in(self) -> None:
+        """The first request's headers are in: the header timeout no longer applies."""
+        self.waiting = False
+        if self._timer:
+            self._timer.cancel()
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received() if self.handler else None
