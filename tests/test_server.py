@@ -20,7 +20,7 @@ import threading
 import time
 import tomllib
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -585,18 +585,20 @@ async def _recv_until(s: socket.socket, until: Callable[[bytes], bool], seconds:
     return got
 
 
-async def _kept_and_cut(kept: socket.socket, cut: socket.socket, *others: socket.socket, within: float) -> tuple[bytes, bytes]:
-    """What ``kept`` receives until its answer ("ok\\n") and ``cut`` until EOF or ``within`` s; then all closed."""
-    answer = await _recv_until(kept, lambda got: got.endswith(b"ok\n"))
-    got = await _recv_until(cut, lambda got: False, within)
-    for s in (kept, cut, *others):
+async def _answer_beside(answer: Awaitable[bytes], others: list[socket.socket], *rest: socket.socket,
+                         within: float = 0.5) -> tuple[bytes, list[bytes]]:
+    """``answer`` (a client's, "ok\\n" once served), then what each of ``others`` receives until
+    EOF or ``within`` s; then all of them and ``rest`` closed. At the cap: who was kept, who cut."""
+    got = await answer
+    closed = [await _recv_until(s, lambda got: False, within) for s in others]
+    for s in (*others, *rest):
         s.close()
-    return answer, got
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"ok\n"), got
+    return got, closed
 
 
-def _assert_kept_and_cut(answer: bytes, cut: bytes) -> None:
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
-    assert cut == b"<EOF>", cut
+def _plain_answer(s: socket.socket) -> Awaitable[bytes]:
+    return _recv_until(s, lambda got: got.endswith(b"ok\n"))
 
 
 async def _ok(request: web.Request) -> web.Response:
@@ -651,18 +653,6 @@ class _TLSClient:
                 answer += self.tls.read(65536)
         return answer
 
-    async def served_beside(self, flight: bytes, others: list[socket.socket], *rest: socket.socket) -> tuple[bytes, list[bytes]]:
-        """finish(flight), then what each of ``others`` receives until EOF or 0.5 s; all closed."""
-        answer = await self.finish(flight)
-        closed = [await _recv_until(s, lambda got: False, 0.5) for s in others]
-        for s in (self.sock, *others, *rest):
-            s.close()
-        return answer, closed
-
-
-def _assert_served_and_one_closed(answer: bytes, closed: list[bytes]) -> None:
-    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n")
-    assert any(c.endswith(b"<EOF>") for c in closed), closed  # one of the others was closed
 
 
 def _tls_config(server_cert):
@@ -705,11 +695,12 @@ def test_a_tls_client_mid_handshake_outlasts_silent_connections(server_cert, oth
             await asyncio.sleep(2 * server.SILENT_SECONDS)  # read: silent, or heard after the TLS client
             newcomer = socket.create_connection(("127.0.0.1", port))  # over the cap
             await asyncio.sleep(0.05)
-            return await client.served_beside(flight, other, newcomer)
+            return await _answer_beside(client.finish(flight), other, newcomer, client.sock)
         finally:
             await runner.cleanup()
 
-    _assert_served_and_one_closed(*asyncio.run(main()))
+    _, closed = asyncio.run(main())
+    assert any(c.endswith(b"<EOF>") for c in closed), closed  # one of the other two was closed
 
 
 def test_a_tls_client_whose_hello_comes_in_two_parts_outlasts_silent_connections(server_cert):
@@ -734,11 +725,12 @@ def test_a_tls_client_whose_hello_comes_in_two_parts_outlasts_silent_connections
             client.sock.sendall(hello[len(hello) // 2 :])
             flight = await _recv_until(client.sock, lambda got: len(got) > 0)
             assert flight and not flight.endswith(b"<EOF>"), "the TLS client was closed mid-hello"
-            return await client.served_beside(flight, silent, newcomer)
+            return await _answer_beside(client.finish(flight), silent, newcomer, client.sock)
         finally:
             await runner.cleanup()
 
-    _assert_served_and_one_closed(*asyncio.run(main()))
+    _, closed = asyncio.run(main())
+    assert b"<EOF>" in closed, closed  # a silent one was closed
 
 
 def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
@@ -746,18 +738,18 @@ def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
     request, not read yet (asyncio reads a new socket a loop turn after it is accepted), the
     second nothing. The third closes the silent one: the kernel holds the first one's bytes."""
 
-    async def main() -> tuple[bytes, bytes]:
+    async def main() -> tuple[bytes, list[bytes]]:
         runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2))
         try:
             asking = socket.create_connection(("127.0.0.1", site.bound_port))
             asking.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             silent = socket.create_connection(("127.0.0.1", site.bound_port))
             third = socket.create_connection(("127.0.0.1", site.bound_port))  # all three before the loop runs
-            return await _kept_and_cut(asking, silent, third, within=0.5)
+            return await _answer_beside(_plain_answer(asking), [silent], asking, third)
         finally:
             await runner.cleanup()
 
-    _assert_kept_and_cut(*asyncio.run(main()))
+    assert asyncio.run(main())[1] == [b"<EOF>"]
 
 
 @pytest.mark.parametrize("first", [b"", b"Connection: Upgrade\r\nUpgrade: websocket\r\n"], ids=["plain", "upgrade"])
@@ -772,7 +764,7 @@ def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first)
         await asyncio.sleep(0.5)
         return web.Response(text="ok\n")
 
-    async def main() -> tuple[bytes, bytes]:
+    async def main() -> tuple[bytes, list[bytes]]:
         runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2), slow=slow)
         try:
             probe = socket.create_connection(("127.0.0.1", site.bound_port))
@@ -782,11 +774,11 @@ def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first)
             pipelining.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + first + b"\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
             await asyncio.sleep(0.05)
             third = socket.create_connection(("127.0.0.1", site.bound_port))
-            return await _kept_and_cut(probe, pipelining, third, within=1.5)
+            return await _answer_beside(_plain_answer(probe), [pipelining], probe, third, within=1.5)
         finally:
             await runner.cleanup()
 
-    _assert_kept_and_cut(*asyncio.run(main()))
+    assert asyncio.run(main())[1] == [b"<EOF>"]  # cut before its answers
 
 
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
