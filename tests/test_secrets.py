@@ -153,7 +153,11 @@ def test_no_secret_reaches_any_output_surface(tmp_path_factory, pki, url_passwor
         commands["diff --url"] = ("diff", "--url", up.url("/echo-text", userinfo), "--interval", "0.1s")
         commands.update({" ".join(args): args for args in refused})
         runs = {name: pool.submit(run_cli, *args) for name, args in commands.items()}
-        targets = [{"name": k, "url": up.url(f"/{k}", userinfo), "bearer_token_file": str(tmp / "token")} for k in kinds]
+        # Each kind twice, once per credential form (both on one target are refused at start-up).
+        targets = [t for k in kinds for t in ({"name": f"{k}-url", "url": up.url(f"/{k}", userinfo)},
+                                              {"name": f"{k}-token", "url": up.url(f"/{k}"),
+                                               "bearer_token_file": str(tmp / "token")})]
+        names = [t["name"] for t in targets]
         targets.append({"name": "refused", "url": f"http://{userinfo}@127.0.0.1:1/metrics"})
         config = tmp / "c.yaml"
         config.write_text(yaml.safe_dump({"targets": targets, "poll": {"interval": "1s", "timeout": "1s"},
@@ -165,10 +169,10 @@ def test_no_secret_reaches_any_output_surface(tmp_path_factory, pki, url_passwor
         auth = ("prometheus", auth_password)
         surfaces = {}
         try:
-            def polled():
+            def polled():  # every target reached its upstream: answered, refused, or timed out there
                 body = get(f"{base}/metrics", ctx, auth)[1]
-                return all(f'vllm_specdec_up{{target="{k}"}}' in body for k in kinds) and \
-                    'target="slow"} 1' in body.split("polls_total", 1)[-1] and 'result="timeout"' in body
+                return all(polls(body, t) > polls(body, t, "error") + polls(body, t, "connect_error") for t in names) \
+                    and all(polls(body, f"slow-{form}", "timeout") >= 1 for form in ("url", "token"))
             wait_for(polled, 30, "every target polled", step=0.1)
             # Wrong guesses: the right password for an unknown user, a near miss for the known one.
             get(f"{base}/metrics", ctx, ("admin", auth_password))
@@ -179,7 +183,11 @@ def test_no_secret_reaches_any_output_surface(tmp_path_factory, pki, url_passwor
         finally:
             surfaces["logs"] = server.stop()
         done = {name: run.result() for name, run in runs.items()}  # the upstream stays up until the last
-    assert "echo-text" in surfaces["landing page"] and "scraper" not in surfaces["landing page"]
+    assert "echo-text-url" in surfaces["landing page"] and "scraper" not in surfaces["landing page"]
+    # The upstream was reached: it echoed both credential forms back (a poll refused before its
+    # request proves nothing about what an echo does).
+    schemes = {headers.get("Authorization", "").partition(" ")[0] for _, headers in up.seen}
+    assert {"Basic", "Bearer"} <= schemes, schemes
     assert [name for name in map(" ".join, refused) if done[name].returncode == 0] == []
     surfaces.update({name: proc.stdout.decode() + proc.stderr.decode() for name, proc in done.items()})
     found = {name: leaks(text, secrets) for name, text in surfaces.items()}

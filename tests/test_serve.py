@@ -94,13 +94,14 @@ def test_sigterm_exits_cleanly_with_no_leaked_tasks():
     assert not any(r["level"] == "error" for r in lines + records)
 
 
-def test_a_url_flag_over_a_files_targets_is_logged(tmp_path):
-    """--vllm.url replaces the config file's targets: serve says so, naming how many, before it listens."""
+def test_a_url_flag_over_a_files_targets_and_a_method_no_profile_is_for_are_logged(tmp_path):
+    """--vllm.url replaces the config file's targets: serve says so, naming how many, before it listens;
+    and a declared method no baseline profile is for (here a typo of mtp) is named, with those there are."""
     path = tmp_path / "c.yaml"
     path.write_text("targets: [{url: 'http://127.0.0.1:1/a', name: a}, {url: 'http://127.0.0.1:1/b', name: b}]\n")
     proc = subprocess.Popen(
         [cli_path(), "serve", "--config.file", str(path), "--vllm.url", "http://127.0.0.1:1/metrics",
-         "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
+         "--vllm.method", "mpt", "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE,
     )
     try:
@@ -120,6 +121,9 @@ def test_a_url_flag_over_a_files_targets_is_logged(tmp_path):
     assert replaced["level"] == "warning" and replaced["file_targets"] == 2 and replaced["by"] == "--vllm.url", replaced
     (listening,) = [r for r in records if r["event"] == "listening"]
     assert listening["targets"] == ["vllm"]
+    (method,) = [r for r in records if r["event"] == "method_without_profile"]
+    assert (method["level"], method["target"], method["method"], method["profiles_are_for"]) == (
+        "warning", "vllm", "mpt", ["dspark", "mtp"]), method
 
 
 def test_promtool_check_metrics_passes_on_the_output():

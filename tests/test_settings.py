@@ -174,7 +174,7 @@ def _config(**top) -> str:
         (json.dumps({"targets": [{"url": LONG}]}), "targets[0].url: 'xxx"),
         (json.dumps({"targets": [{"url": "ftp://" + LONG}]}), "targets[0].url: 'ftp://xxx"),
         (json.dumps({"targets": [{"url": URL, "name": LONG}]}), "targets[0].name: 'xxx"),
-        (json.dumps({"targets": [{"url": URL, "method": [LONG]}]}), "targets[0].method: a list is not a string"),
+        (json.dumps({"targets": [{"url": URL, "method": [LONG]}]}), "targets[0].method: a list is not a non-empty string"),
         (json.dumps({"targets": [{"url": URL, "producer": LONG}]}), "targets[0].producer: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "model": LONG}]}), "targets[0].model: 'xxx"),
         (json.dumps({"targets": [{"url": URL, "profile": LONG}]}), "targets[0].profile: 'xxx"),
@@ -231,6 +231,26 @@ def test_a_targets_model_k_method_and_profile():
     assert target_of({"profile": "mine", "k": 3}, baselines=mine).profile == "mine"
 
 
+@pytest.mark.parametrize("written, method", [("mtp", "mtp"), ("deepseek_mtp", "mtp"), ("qwen3_next_mtp", "mtp"),
+                                             ("MTP", "mtp"), (" Eagle3 ", "eagle3"), ("dspark", "dspark")])
+def test_a_method_is_read_as_vllm_runs_it(written, method):
+    """vLLM rewrites its per-model MTP names (deepseek_mtp, which the chart passes on from vLLM's own
+    --speculative-config) to mtp: the shipped MTP profiles match them, a profile's method alike."""
+    t = target_of({"method": written, "k": 2, "profile": "deepseek-v4-pro-mtp-k2"} if method == "mtp" else {"method": written})
+    assert t.method == method
+    mine = {"profiles": [{"name": "mine", "model": "x", "k": 2, "method": written, "mean_acceptance_length": 2.0}]}
+    assert build_settings({"targets": [{"url": URL}], "baselines": mine}, {}).baselines[0].method == method
+
+
+def test_a_method_no_profile_is_for_is_named():
+    assert build_settings({"targets": [{"url": URL, "method": "mpt"}, {"url": URL, "name": "b", "method": "mtp"}]},
+                          {}).methods_without_profile == {"vllm": "mpt"}
+    assert build_settings({"targets": [{"url": URL, "method": "eagle3"}]}, {}).methods_without_profile == {"vllm": "eagle3"}
+    # a profile for any method (none declared) is for every method
+    anyone = {"profiles": [{"name": "any", "model": "x", "k": 2, "mean_acceptance_length": 2.0}]}
+    assert build_settings({"targets": [{"url": URL, "method": "mpt"}], "baselines": anyone}, {}).methods_without_profile == {}
+
+
 @pytest.mark.parametrize(
     "target, top, expected",
     [
@@ -253,6 +273,10 @@ def test_a_targets_model_k_method_and_profile():
         ({"k": True}, {}, "config: targets[0].k: True is not an integer"),
         ({"k": 0}, {}, "config: targets[0].k: 0 is out of range (valid: 1 to 64)"),
         ({"k": 65}, {}, "config: targets[0].k: 65 is out of range (valid: 1 to 64)"),
+        ({"method": ""}, {}, "config: targets[0].method: '' is not a non-empty string (e.g. mtp, eagle3)"),
+        ({"method": " "}, {}, "config: targets[0].method: ' ' is not a non-empty string"),
+        ({"url": "http://scraper:Pa55word99@127.0.0.1:1/metrics", "bearer_token_file": "/t"}, {},
+         "config: targets[0]: user:password in the url and a bearer_token_file: give one of the two"),
     ],
 )
 def test_a_bad_model_k_or_profile_is_one_line_naming_the_key(target, top, expected):

@@ -66,6 +66,13 @@ def series_name(key: SeriesKey) -> str:
     return format_series("", {config.LABEL_MODEL: key[0], config.LABEL_ENGINE: key[1]}).strip("{}")
 
 
+def speculative_method(name: str) -> str:
+    """A speculative method as vLLM runs it: case aside, and its per-model MTP names (deepseek_mtp,
+    qwen3_next_mtp, ...: deprecated aliases vLLM rewrites to mtp, with a warning) as mtp."""
+    method = name.strip().lower()
+    return "mtp" if method.endswith("_mtp") else method
+
+
 @dataclass(frozen=True, slots=True)
 class BaselineProfile:
     """The lowest healthy mean acceptance length of a model at one k (the settings package loads them)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError, clip, shown
 from ..health import named_profile
-from ..model import BaselineProfile
+from ..model import BaselineProfile, speculative_method
 from .checks import _limited, _mapping
 from .values import PROFILE_KEYS, PROFILE_REQUIRED, Target
 from .yamlfile import packaged_baselines
@@ -48,7 +48,8 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
     )
     if al > k + 1:
         raise ConfigError(f"{key}.mean_acceptance_length", f"{al:g} exceeds k+1={k + 1}")
-    return BaselineProfile(str(raw["name"]), pattern, k, al, raw.get("method"))
+    method = raw.get("method")
+    return BaselineProfile(str(raw["name"]), pattern, k, al, None if method is None else speculative_method(method))
 
 
 def _safe_pattern(key: str, text: str) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import config
 from ..adapters import PRODUCERS
 from ..errors import ConfigError, shown
+from ..model import speculative_method
 from .checks import _limited, _mapping, _url
 from .values import _NAME_RE, TARGET_KEYS, Target
 
@@ -29,8 +31,8 @@ def _deployment(key_of: Callable[[str], str], raw: Mapping[str, Any]) -> dict[st
     the profiles by _named); ``key_of`` names a key in errors."""
     out: dict[str, Any] = {}
     method = raw.get("method")
-    if method is not None and not isinstance(method, str):
-        raise ConfigError(key_of("method"), f"{shown(method)} is not a string (e.g. mtp, eagle3)")
+    if method is not None and not (isinstance(method, str) and method.strip()):
+        raise ConfigError(key_of("method"), f"{shown(method)} is not a non-empty string (e.g. mtp, eagle3)")
     for key, what in (("model", "vLLM's --model: an HF id or a weights path"), ("profile", "a baseline profile's name")):
         value = raw.get(key)
         if value is not None and (not isinstance(value, str) or not 0 < len(value) <= config.MAX_LABEL_VALUE_LENGTH):
@@ -39,6 +41,7 @@ def _deployment(key_of: Callable[[str], str], raw: Mapping[str, Any]) -> dict[st
             )
         out[key] = value
     k = raw.get("k")
+    method = None if method is None else speculative_method(method)
     return {**out, "method": method, "k": None if k is None else int(_limited(key_of("k"), k, "baselines.profiles[].k"))}
 
 
@@ -52,6 +55,9 @@ def _target(key: str, raw: Any) -> Target:
     token_file = raw.get("bearer_token_file")
     if token_file is not None and not (isinstance(token_file, str) and token_file):
         raise ConfigError(f"{key}.bearer_token_file", "must be a file path")
+    url = _url(f"{key}.url", raw["url"])
+    if token_file is not None and urlsplit(url).username is not None:  # aiohttp refuses both on every poll
+        raise ConfigError(key, "user:password in the url and a bearer_token_file: give one of the two")
     producer = raw.get("producer")
     if producer is not None and producer not in PRODUCERS:
         raise ConfigError(
@@ -59,4 +65,4 @@ def _target(key: str, raw: Any) -> Target:
             f"{shown(producer)} is not a known producer (one of {', '.join(PRODUCERS)}; leave it out to detect it)",
         )
     deployment = _deployment(lambda k: f"{key}.{k}", raw)
-    return Target(name, _url(f"{key}.url", raw["url"]), bearer_token_file=token_file, producer=producer, **deployment)
+    return Target(name, url, bearer_token_file=token_file, producer=producer, **deployment)

@@ -100,6 +100,13 @@ class Settings:
     file_targets_replaced_by: str = "--vllm.url"
 
     @property
+    def methods_without_profile(self) -> dict[str, str]:
+        """Targets whose declared method no profile is for (a typo, or a method with no
+        shipped baseline), by name: their models get none."""
+        known = {p.method for p in self.baselines}
+        return {t.name: t.method for t in self.targets if t.method is not None and None not in known and t.method not in known}
+
+    @property
     def health_window(self) -> str:
         return self.detection.window
 
