@@ -88,6 +88,49 @@ def test_collapse_margin_above_one_fails_lint_and_template():
         build_settings({"targets": TARGETS, "health": {"collapse_margin": 1.5}}, {})
 
 
+@pytest.mark.parametrize("config, chart_says", [
+    ({"targets": [{"url": "http://a:1/metrics"}, {"url": "http://b:1/metrics"}]},
+     "config.targets[1].name: vllm is another target's too"),
+    ({"targets": TARGETS, "web": {"listen_adress": ":1"}}, "at '/config/web': additional properties 'listen_adress'"),
+    ({"targets": [{**TARGETS[0], "method": " "}]}, "at '/config/targets/0/method': ' ' does not match pattern"),
+    ({"targets": [{**TARGETS[0], "bearer_token_file": ""}]}, "at '/config/targets/0/bearer_token_file': minLength"),
+    ({"targets": TARGETS, "baselines": {"profiles": [{"name": "", "model": "m", "k": 2, "mean_acceptance_length": 2}]}},
+     "at '/config/baselines/profiles/0/name': minLength"),
+], ids=["two-unnamed-targets", "web-key-typo", "blank-method", "empty-token-file", "empty-profile-name"])
+def test_the_chart_refuses_what_the_exporter_refuses_at_start_up(config, chart_says):
+    """Each rendered with helm rc=0 and crash-looped the pod (helper-40)."""
+    proc = helm("template", "rel", ".", "--set", "mode=standalone", "--set-json", f"config={json.dumps(config)}", check=False)
+    assert proc.returncode != 0 and chart_says in proc.stderr, proc.stderr
+    with pytest.raises(ConfigError):
+        build_settings(config, {})
+
+
+def test_an_upper_case_scheme_is_taken_by_both():
+    config = {"targets": [{"url": "HTTP://127.0.0.1:8000/metrics"}]}
+    helm("template", "rel", ".", "--set", "mode=standalone", "--set-json", f"config={json.dumps(config)}")
+    assert build_settings(config, {}).targets[0].url == "HTTP://127.0.0.1:8000/metrics"
+
+
+def test_every_alert_only_threshold_is_settable_and_a_share_over_one_refused():
+    """The chart README lists eight alert-only thresholds: the schema took five (shift_fraction and two
+    more were refused), and took 40 for drop_fraction, an AcceptanceDropped that can never fire (helper-40)."""
+    from vllm_specdec_exporter.generators.rules.options import ALERT_ONLY_THRESHOLDS, SHARE_THRESHOLDS
+
+    on = ("--set", "prometheusRule.enabled=true", "--set", "prometheusRule.force=true")
+
+    def rules(*args: str) -> str:
+        (rule,) = by_kind([d for d in yaml.safe_load_all(helm("template", "rel", ".", *on, *args).stdout) if d], "PrometheusRule")
+        return json.dumps(rule["spec"])
+
+    default = rules()
+    for key in ALERT_ONLY_THRESHOLDS:  # each accepted, and each changes the rules
+        assert rules("--set-json", f"prometheusRule.thresholds.{key}={0.123 if key in SHARE_THRESHOLDS else 12.3}") != default, key
+    for key in SHARE_THRESHOLDS:
+        proc = helm("template", "rel", ".", *on, "--set-json", f"prometheusRule.thresholds.{key}=40", check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and f"at '/prometheusRule/thresholds/{key}': maximum: got 40, want 1" in out, out
+
+
 def test_producers_names_and_keys_are_the_exporters(tmp_path):
     committed = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     target = committed["properties"]["targets"]["items"]["properties"]

@@ -24,6 +24,9 @@ DURATION: Schema = {
     "pattern": "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$",
 }
 
+# Text the exporter refuses empty or blank (settings._profile, _deployment).
+TEXT: Schema = {"type": "string", "minLength": 1, "pattern": "\\S"}
+
 
 def limit(key: str) -> Schema:
     """A numeric key's schema from settings.LIMITS: the same type and range the exporter checks."""
@@ -43,6 +46,9 @@ def config_schema(old: Schema) -> Schema:
     # one, and a URL may hold a password.
     target_props["url"] = {"type": "string", "description": "an http(s) URL with a host (vLLM's /metrics)"}
     target_props["producer"] = {"description": "optional: detected from the payload when left out", "enum": list(PRODUCERS)}
+    # Text the exporter refuses empty (settings._target, _deployment; a blank method too).
+    target_props["bearer_token_file"] = {**target_props["bearer_token_file"], "type": "string", "minLength": 1}
+    target_props["method"] = {**target_props["method"], **TEXT}
     # What the deployment runs: the exporter's own checks (settings._deployment); descriptions kept.
     for key in ("model", "profile"):
         target_props[key] = {**target_props[key], "type": "string", "minLength": 1, "maxLength": c.MAX_LABEL_VALUE_LENGTH}
@@ -59,8 +65,7 @@ def config_schema(old: Schema) -> Schema:
         "required": list(s.PROFILE_REQUIRED),
         "additionalProperties": False,
         "properties": {
-            k: (limit(f"baselines.profiles[].{k}") if f"baselines.profiles[].{k}" in s.LIMITS else {"type": "string"})
-            for k in s.PROFILE_KEYS
+            k: (limit(f"baselines.profiles[].{k}") if f"baselines.profiles[].{k}" in s.LIMITS else TEXT) for k in s.PROFILE_KEYS
         },
     }
     out: Schema = {
@@ -68,7 +73,18 @@ def config_schema(old: Schema) -> Schema:
             **props["targets"],
             "items": {**target, "required": ["url"], "additionalProperties": False, "properties": target_props},
         },
-        "web": props["web"],
+        "web": {  # listen_address is refused by templates/configmap.yaml (set from `port`)
+            **props["web"],
+            "additionalProperties": False,
+            "properties": {
+                "listen_address": props["web"]["properties"]["listen_address"],
+                "config": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"file": {"type": "string", "minLength": 1}},
+                },
+            },
+        },
         "poll": {
             "type": "object",
             "additionalProperties": False,

@@ -36,7 +36,7 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
             raise ConfigError(f"{key}.{required}", "missing")
     # Text where text goes: a list as a name or method was taken as "[1, 2]", a method no target has.
     for text_key in ("name", "model", "method"):
-        if text_key in raw and not (isinstance(raw[text_key], str) and raw[text_key]):
+        if text_key in raw and not (isinstance(raw[text_key], str) and raw[text_key].strip()):
             raise ConfigError(f"{key}.{text_key}", f"{shown(raw[text_key])} is not a non-empty string")
     try:
         pattern = re.compile(_safe_pattern(f"{key}.model", str(raw["model"])))

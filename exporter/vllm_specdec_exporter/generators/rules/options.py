@@ -72,6 +72,15 @@ ALERT_ONLY_THRESHOLDS = {
     "fast_collapse_min_drafts_per_second": c.ALERT_FAST_COLLAPSE_MIN_DRAFTS_PER_SECOND,
 }
 THRESHOLD_KEYS = tuple(k for k in c.DETECTION_KEYS if k != "window") + tuple(ALERT_ONLY_THRESHOLDS)
+# The alert-only thresholds that are shares (of drafts, or of a gain), so at most 1: a percent
+# written for one (40 for 0.4) makes an alert that can never fire. The others are per-second floors.
+SHARE_THRESHOLDS = (
+    "drop_fraction",
+    "shift_fraction",
+    "chain_conditional_floor",
+    "wasted_position_ratio",
+    "suspicious_acceptance_ratio",
+)
 
 
 def default_thresholds() -> dict[str, str]:

@@ -12,7 +12,7 @@ from ... import config as c
 from ... import durations
 from ...settings import default_profiles
 from .expressions import CHAIN_HEALTHY_FACTOR
-from .options import THRESHOLD_MEANINGS, Options, base_window, default_thresholds
+from .options import ALERT_ONLY_THRESHOLDS, SHARE_THRESHOLDS, THRESHOLD_MEANINGS, Options, base_window, default_thresholds
 from .registry import ALERT_NAMES, ALERTS, default_options
 
 INDEX_BEGIN = "<!-- BEGIN alert index: generated from generators/rules/registry.py ALERTS by make generate; do not edit -->"
@@ -60,11 +60,15 @@ def runbook(template: str, o: Options | None = None) -> str:
 
 
 def with_schema_alerts(text: str) -> str:
-    """values.schema.json with prometheusRule.alerts' property names from the registry."""
+    """values.schema.json with prometheusRule.alerts' property names from the registry, and
+    prometheusRule.thresholds' from the alert-only thresholds (shares at most 1)."""
     schema = json.loads(text)
-    alerts = schema["properties"]["prometheusRule"]["properties"]["alerts"]
-    per_alert = next(iter(alerts["properties"].values()))
-    alerts["properties"] = {a: per_alert for a in ALERT_NAMES}
+    rule = schema["properties"]["prometheusRule"]["properties"]
+    per_alert = next(iter(rule["alerts"]["properties"].values()))
+    rule["alerts"]["properties"] = {a: per_alert for a in ALERT_NAMES}
+    rule["thresholds"]["properties"] = {
+        k: {"type": "number", "minimum": 0, **({"maximum": 1} if k in SHARE_THRESHOLDS else {})} for k in ALERT_ONLY_THRESHOLDS
+    }
     return json.dumps(schema, indent=2) + "\n"
 
 
