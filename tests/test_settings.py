@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -88,12 +89,17 @@ def test_a_config_file_that_is_a_fifo_or_over_1_mib_is_refused_at_once(tmp_path,
     # between polls (up 1, no AL ever), and a number as the profiles list was a TypeError traceback.
     ({"staleness": "1ms"}, "config: staleness: 0.001s is under two poll intervals (poll.interval 5s)"),
     ({"staleness": "9s"}, "config: staleness: 9s is under two poll intervals (poll.interval 5s)"),
+    # A poll timeout past the staleness: a target that hung read up 1 for the timeout's hour (helper-40).
+    ({"poll": {"interval": "1s", "timeout": "1h"}}, "config: poll.timeout: 3600s is over staleness (60s): a poll may not outlast its figures"),
+    ({"poll": {"timeout": "20s"}, "staleness": "15s"}, "config: poll.timeout: 20s is over staleness (15s): a poll may not outlast its figures"),
     ({"baselines": {"profiles": 5}}, "config: baselines.profiles: 5 is not a list of profiles"),
     ({"baselines": {"profiles": {"name": "x"}}}, "config: baselines.profiles: a dict is not a list of profiles"),
 ])
 def test_a_staleness_under_two_polls_or_profiles_not_a_list_are_refused(tmp_path, top, expected):
     assert refusal(tmp_path, _config(**top)) == expected
     assert load_settings({"config_file": str(_write(tmp_path, _config(staleness="10s")))}, {}).staleness == 10
+    assert load_settings({"config_file": str(_write(tmp_path, _config(poll={"interval": "500ms", "timeout": "5s"})))},
+                         {}).poll_timeout == 5  # over the interval is fine (the e2e's slow CPU vLLM)
 
 
 @pytest.mark.parametrize("env, flags, expected", [
@@ -150,6 +156,23 @@ def _profile_entry(**over) -> dict:
 ])
 def test_a_profile_of_the_wrong_shape_is_refused_naming_its_key(tmp_path, profiles, expected):
     assert refusal(tmp_path, _config(baselines={"profiles": profiles})) == expected
+
+
+@pytest.mark.parametrize("pattern, refused", [
+    ("(?:a?){40}a{40}", "a repeat inside a repeat"),  # 2^n: 0.94 s at 24 characters, hours at 40 (helper-40)
+    ("((a+)?)+", "a repeat inside a repeat"),
+    ("a{1,9}b{1,9}c{1,9}d{1,9}", "more than 3 variable-length repeats"),
+    (r"(?i)qwen3-\d{3}b-\d{4}-\d{2}-\d{2}", None),  # fixed counts: refused as "open-ended" before
+    ("(?:ab{2}){3}", None),
+    ("^deepseek-ai/DeepSeek-V4-(Pro|Flash)$", None),
+])
+def test_a_profile_pattern_that_backtracks_is_refused_and_fixed_counts_are_not(pattern, refused):
+    profiles = {"profiles": [{"name": "p", "model": pattern, "k": 2, "mean_acceptance_length": 2.0}]}
+    if refused is None:
+        assert build_settings({"targets": [{"url": URL}], "baselines": profiles}, {}).baselines[0].model.pattern == pattern
+        return
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        build_settings({"targets": [{"url": URL}], "baselines": profiles}, {})
 
 
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):

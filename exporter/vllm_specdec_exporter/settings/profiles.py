@@ -54,9 +54,10 @@ def _profile(key: str, raw: Any) -> BaselineProfile:
 
 def _safe_pattern(key: str, text: str) -> str:
     """Refuse patterns that can backtrack catastrophically against a hostile model name:
-    a repeat inside a repeat ((a+)+), a repeated alternation ((a|a)*), or more than
-    three open-ended repeats (.*.*.*.*: polynomial). Names are capped at
-    MAX_LABEL_VALUE_LENGTH, so what is left matches in well under a millisecond."""
+    a variable-length repeat inside a repeat ((a+)+, (a?){40}), a repeated alternation
+    ((a|a)*), or more than three variable-length repeats (.*.*.*.*: polynomial). Fixed counts
+    (\\d{4}) do not backtrack. Names are capped at MAX_LABEL_VALUE_LENGTH, so what is left
+    matches in well under a millisecond."""
     # Python's own pattern parser: private modules typeshed does not describe.
     from re import _constants as c  # type: ignore[attr-defined]
     from re import _parser  # type: ignore[attr-defined]
@@ -67,14 +68,15 @@ def _safe_pattern(key: str, text: str) -> str:
     def walk(node: object, inside_repeat: bool) -> None:
         if isinstance(node, _parser.SubPattern):
             for op, av in node.data:
-                if op in repeats and av[1] > 1:
-                    if inside_repeat:
-                        raise ConfigError(
-                            key,
-                            f"{shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
-                        )
-                    count[0] += 1
-                    walk(av[2], True)
+                low, high, sub = av if op in repeats else (0, 0, None)
+                if op in repeats and low != high and inside_repeat:
+                    raise ConfigError(
+                        key,
+                        f"{shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
+                    )
+                if op in repeats:
+                    count[0] += low != high and high > 1
+                    walk(sub, inside_repeat or high > 1)
                 elif op is c.BRANCH and inside_repeat:
                     raise ConfigError(key, f"{shown(text)}: a repeated alternation can take forever to match")
                 else:
@@ -85,7 +87,9 @@ def _safe_pattern(key: str, text: str) -> str:
 
     walk(_parser.parse(text), False)
     if count[0] > 3:
-        raise ConfigError(key, f"{shown(text)}: more than 3 open-ended repeats can take very long to match")
+        raise ConfigError(
+            key, f"{shown(text)}: more than 3 variable-length repeats (.*, a+, a{{1,9}}) can take very long to match"
+        )
     return text
 
 

@@ -102,6 +102,8 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
         staleness = _duration("staleness", data["staleness"])
     if staleness < 2 * interval:
         raise ConfigError("staleness", f"{staleness:g}s is under two poll intervals ({interval_key} {interval:g}s)")
+    if timeout > staleness:  # a hung target would read up, its last figures served, past their staleness
+        raise ConfigError("poll.timeout", f"{timeout:g}s is over staleness ({staleness:g}s): a poll may not outlast its figures")
     raw_profiles = baselines.get("profiles") or []
     if not isinstance(raw_profiles, list):
         raise ConfigError("baselines.profiles", f"{shown(raw_profiles)} is not a list of profiles")
