@@ -333,6 +333,18 @@ def test_the_vllm_flags_and_variables_set_every_target_over_the_file():
 # from test_serve.py: precedence, the documented example, the one table of flags, keys and variables
 
 
+def test_a_mistyped_variable_is_refused_naming_it():
+    """A VLLM_SPECDEC_EXPORTER_ variable that names no flag was ignored (helper-40): refused as a mistyped
+    flag or key is, naming it and not quoting its value; the image's REVISION is not a setting."""
+    env = {"VLLM_SPECDEC_EXPORTER_VLLM_URL": URL, "VLLM_SPECDEC_EXPORTER_POLL_INTERVALL": "S3CRET-1h"}
+    with pytest.raises(ConfigError) as refused:
+        load_settings({}, env)
+    message = str(refused.value)
+    assert message.startswith("config: VLLM_SPECDEC_EXPORTER_POLL_INTERVALL: unknown variable (valid: ") and "S3CRET" not in message
+    assert "POLL_INTERVAL," in message and "\n" not in message
+    assert load_settings({}, {"VLLM_SPECDEC_EXPORTER_VLLM_URL": URL, "VLLM_SPECDEC_EXPORTER_REVISION": "abc"}).targets
+
+
 def test_precedence_flags_then_env_then_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("targets: [{url: 'http://file:1/m', name: f}]\npoll: {interval: 7s}\nweb: {listen_address: ':1111'}\n")

@@ -386,7 +386,7 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 def revision() -> str:
     """The source revision: $VLLM_SPECDEC_EXPORTER_REVISION (set by the image build), else
     the git commit of a source checkout, else "unknown"."""
-    env = os.environ.get(config.ENV_PREFIX + "REVISION", "").strip()
+    env = os.environ.get(config.REVISION_ENV, "").strip()
     if env:
         return env[:40]
     try:

@@ -292,6 +292,7 @@ LABEL_WINDOW = "window"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "VLLM_SPECDEC_EXPORTER_"
+REVISION_ENV = ENV_PREFIX + "REVISION"  # the image build's, not a setting (exporter_build_info)
 
 # --- The sidecar's own server: slow and hostile clients (docs/security.md) ---
 # A new connection must finish its TLS handshake and first request headers in this
