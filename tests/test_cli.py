@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from aiohttp import web
@@ -139,6 +140,27 @@ def test_spec_decode_off_names_the_families(tmp_path):
 def test_bad_usage_exits_2():
     assert run_cli("report").returncode == 2
     assert run_cli("diff", "--url", "x", "--interval", "soon").returncode == 2
+
+
+@pytest.mark.parametrize("args, says", [
+    # each was a traceback, or a 500 on every scrape, or named a flag never given (helper-40)
+    (("diff", "--url", "http://127.0.0.1:1/metrics", "--interval", "300y"), "argument --interval: '300y' is over 1d"),
+    (("simulate", "--speed", "inf"), "argument --speed: 'inf' must be a finite number above 0"),
+    (("demo", "--speed", "nan"), "argument --speed: 'nan' must be a finite number above 0"),
+    (("demo", "--simulator-port", "70000"), "argument --simulator-port: '70000' is not a port"),
+    (("demo", "--exporter-port", "-1"), "argument --exporter-port: '-1' is not a port"),
+])
+def test_a_bad_argument_is_one_usage_error_naming_it(args, says):
+    proc = run_cli(*args, timeout=20)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and says in err and "Traceback" not in err, err
+
+
+def test_the_demo_stops_at_its_duration_when_the_refresh_is_longer():
+    """At --speed 0.1 the view refreshes every 20 s: --duration 1s ran 21 s (helper-40)."""
+    started = time.monotonic()
+    proc = run_cli("demo", "--speed", "0.1", "--duration", "1s", "--exporter-port", "0", "--simulator-port", "0", timeout=60)
+    assert proc.returncode == 0 and time.monotonic() - started < 10, proc.stderr.decode()
 
 
 # --- issue 10: report and diff never print a traceback ---

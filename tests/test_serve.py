@@ -27,6 +27,11 @@ def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--vllm.url", "http://127.0.0.1:1/m", "--poll.interval", "soon"], None, "config: --poll.interval: 'soon' is not a duration"),
         (["--vllm.url", "http://127.0.0.1:1/m", "--log.format", "xml"], None, "config: --log.format: 'xml' is not one of auto, json, console"),
         (["--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "9746"], None, "config: --web.listen-address: '9746' is not HOST:PORT"),
+        # A host that is no host: polled first, then exit 1 at bind naming no key; [[...]] taken (helper-40).
+        (["--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "http://127.0.0.1:19746"], None,
+         "config: --web.listen-address: 'http://127.0.0.1:19746': the host is not an IP address ([...] for IPv6) or a host name"),
+        (["--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "not a host!:19746"], None, "the host is not an IP address"),
+        (["--vllm.url", "http://127.0.0.1:1/m", "--web.listen-address", "[[127.0.0.1]]:19746"], None, "the host is not an IP address"),
         (["--vllm.url", "http://127.0.0.1:1/m", "--vllm.profile", "nope"], None, "config: --vllm.profile: 'nope' is not a baseline profile (known: "),
         ([], "targets: [{url: 'http://127.0.0.1:1/m', profile: deepseek-v4-pro-mtp-k2, k: 3}]\n",
          "config: targets[0].profile: deepseek-v4-pro-mtp-k2 is for k=2, the target's k is 3"),

@@ -333,6 +333,12 @@ def test_the_vllm_flags_and_variables_set_every_target_over_the_file():
 # from test_serve.py: precedence, the documented example, the one table of flags, keys and variables
 
 
+@pytest.mark.parametrize("address, host", [(":9746", ""), ("0.0.0.0:9746", "0.0.0.0"), ("[::1]:9746", "::1"),
+                                           ("::1:9746", "::1"), ("exporter.llm.svc.cluster.local:9746", "exporter.llm.svc.cluster.local")])
+def test_a_listen_address_host_is_an_ip_or_a_host_name(address, host):
+    assert build_settings({"targets": [{"url": URL}], "web": {"listen_address": address}}, {}).listen_host == host
+
+
 def test_a_mistyped_variable_is_refused_naming_it():
     """A VLLM_SPECDEC_EXPORTER_ variable that names no flag was ignored (helper-40): refused as a mistyped
     flag or key is, naming it and not quoting its value; the image's REVISION is not a setting."""

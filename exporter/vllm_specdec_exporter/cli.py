@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -58,6 +59,32 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+MAX_DIFF_INTERVAL = "1d"  # diff --url sleeps this long at most (300y overflowed time.sleep: a traceback)
+
+
+def _diff_interval(text: str) -> float:
+    seconds = _duration(text)
+    if seconds > durations.parse_duration(MAX_DIFF_INTERVAL):
+        raise argparse.ArgumentTypeError(f"{text!r} is over {MAX_DIFF_INTERVAL}")
+    return seconds
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a port (1-65535, or 0: any free port)")
+    return int(text)
+
+
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):  # inf made every /metrics a 500 (an OverflowError)
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} must be a finite number above 0")
+    return value
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument(
@@ -89,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="the same over the interval between two dumps or scrapes")
     diff.add_argument("sources", nargs="*", metavar="BEFORE AFTER", help="two dumps or URLs")
     diff.add_argument("--url", help="scrape this URL twice, --interval apart")
-    diff.add_argument("--interval", type=_duration, help="time between the two scrapes of --url (e.g. 60s)")
+    diff.add_argument("--interval", type=_diff_interval, help="time between the two scrapes of --url (e.g. 60s)")
     _add_common(diff)
 
     serve = sub.add_parser("serve", help="the sidecar: poll vLLM, keep windows, export /metrics")
@@ -107,15 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="serve a simulated vLLM V1 /metrics driven by a scenario")
     sim.add_argument("--scenario", default="healthy", help="a built-in scenario name or a YAML file (default: healthy)")
     sim.add_argument("--web.listen-address", dest="listen_address", default="127.0.0.1:18000", metavar="HOST:PORT")
-    sim.add_argument("--speed", type=float, default=1.0, help="scenario seconds per real second (default 1)")
+    sim.add_argument("--speed", type=_speed, default=1.0, help="scenario seconds per real second (default 1)")
     sim.add_argument("--list", action="store_true", help="list the built-in scenarios and exit")
 
     demo = sub.add_parser("demo", help="the live demo: simulator + exporter + a terminal view")
     demo.add_argument("--scenario", default="demo", help="built-in scenario or YAML file (default: demo)")
-    demo.add_argument("--speed", type=float, default=1.0, help="scenario seconds per real second (default 1)")
+    demo.add_argument("--speed", type=_speed, default=1.0, help="scenario seconds per real second (default 1)")
     demo.add_argument("--duration", type=_duration, help="stop after this long (default: run until Ctrl-C)")
-    demo.add_argument("--exporter-port", type=int, default=9746)
-    demo.add_argument("--simulator-port", type=int, default=18000)
+    demo.add_argument("--exporter-port", type=_port, default=9746)
+    demo.add_argument("--simulator-port", type=_port, default=18000)
     return parser
 
 
@@ -302,9 +329,6 @@ def _simulate(args: argparse.Namespace) -> int:
         host, port = parse_listen_address("--web.listen-address", args.listen_address)
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    if not args.speed > 0:
-        print(f"{PROG}: error: --speed must be > 0", file=sys.stderr)
         return 2
     app = create_simulator_app(Simulation(scenario, speed=args.speed))
     print(

@@ -332,10 +332,11 @@ async def run_demo(
                     body = await resp.read()
                 frame = render_frame(body, simulation.elapsed, sim_url, exporter_url, t, restarts)
                 print(("\x1b[H\x1b[2J" if tty else "\n") + frame, flush=True)
-                if duration is not None and time.monotonic() - started >= duration:
+                left = None if duration is None else duration - (time.monotonic() - started)
+                if left is not None and left <= 0:
                     break
-                with contextlib.suppress(TimeoutError):  # the refresh interval passed
-                    await asyncio.wait_for(stop.wait(), refresh or t.refresh_seconds)
+                with contextlib.suppress(TimeoutError):  # the refresh interval passed, or the duration
+                    await asyncio.wait_for(stop.wait(), min(refresh or t.refresh_seconds, left or math.inf))
     finally:
         await exp_runner.cleanup()
         await sim_runner.cleanup()

@@ -3,6 +3,8 @@ input (a config key or a flag) and the message what would be valid."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,10 +76,27 @@ def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
         raise ConfigError(key, f"{shown(value)} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
     host, _, port = value.rpartition(":")
-    host = host.strip("[]")
     if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 <= int(port) <= 65535:
         raise ConfigError(key, f"{shown(value)}: port must be 1-65535 (or 0: any free port)")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if not (_ip(host) if bracketed else host == "" or _ip(host) or _HOSTNAME.fullmatch(host)):
+        # checked here, not at bind: a config error exits 2 before anything is polled or bound
+        raise ConfigError(key, f"{shown(value)}: the host is not an IP address ([...] for IPv6) or a host name")
     return host, int(port)
+
+
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
+
+
+def _ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _path(key: str, value: Any) -> str | None:
