@@ -94,6 +94,9 @@ def test_other_expanding_yaml_is_refused(tmp_path, content, expected):
     (f"basic_auth_users:\n  yes: '{HASH}'\n", "config: basic_auth_users.True: a user name must be a string (YAML read a bool): quote it"),
     (f"basic_auth_users:\n  0123: '{HASH}'\n", "config: basic_auth_users.83: a user name must be a string (YAML read a int)"),
     (f"basic_auth_users:\n  ~: '{HASH}'\n", "config: basic_auth_users.None: a user name must be a string"),
+    # A long interval was quoted whole: a 3,125-character line (helper-40).
+    (f"rate_limit: {{interval: '{'x' * 3000}', burst: 2}}\n", "config: rate_limit.interval: 'xxxxx"),
+    (f"rate_limit: {{interval: {'9' * 3000}, burst: 2}}\n", "config: rate_limit.interval: an integer of 9966 bits is not a duration"),
 ])
 def test_a_section_or_user_name_of_the_wrong_type_is_refused(tmp_path, content, expected):
     from vllm_specdec_exporter.settings import ConfigError
@@ -103,6 +106,7 @@ def test_a_section_or_user_name_of_the_wrong_type_is_refused(tmp_path, content, 
     with pytest.raises(ConfigError) as refused:
         load_web_config(str(path))
     assert str(refused.value) == expected or str(refused.value).startswith(expected), refused.value
+    assert len(str(refused.value)) < 200, refused.value
 
 
 def test_empty_sections_and_quoted_user_names_load(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import shown  # a value quoted in an error is clipped (a file's may be megabytes)
+
 # Prometheus's duration grammar (model.ParseDuration): integer amounts, units in
 # descending order, each at most once: 500ms, 90s, 1m30s, 1h, 1d, 1w, 1y.
 _DURATION_UNITS = (
@@ -21,19 +23,19 @@ _DURATION_RE = re.compile("".join(rf"(?:([0-9]+){u})?" for u, _ in _DURATION_UNI
 
 def parse_duration(text: object) -> float:
     """A Prometheus duration ('500ms', '1m30s', '5m', '1w') -> seconds (> 0)."""
-    raw = str(text).strip()
+    raw = "" if isinstance(text, int) and text.bit_length() > 64 else str(text).strip()  # str() refuses a huge int
     m = _DURATION_RE.fullmatch(raw) if raw else None
     if m is None and raw != "0":
-        raise ValueError(f"{text!r} is not a duration (Prometheus form, e.g. 500ms, 1m30s, 5m, 1h)")
+        raise ValueError(f"{shown(text)} is not a duration (Prometheus form, e.g. 500ms, 1m30s, 5m, 1h)")
     try:
         value = sum(int(n) * unit for n, (_, unit) in zip(m.groups(), _DURATION_UNITS, strict=True) if n) if m else 0.0
 
     except OverflowError:
         value = float("inf")
     if value == float("inf"):
-        raise ValueError(f"{text!r} is too long a duration")
+        raise ValueError(f"{shown(text)} is too long a duration")
     if not value > 0:
-        raise ValueError(f"{text!r} is not a positive duration")
+        raise ValueError(f"{shown(text)} is not a positive duration")
     return value
 
 

@@ -18,8 +18,8 @@ from .values import LIMITS
 def _duration(key: str, value: Any) -> float:
     try:
         return durations.parse_duration(value)
-    except ValueError as e:  # its message quotes the value whole: quoted here as every other one
-        raise ConfigError(key, str(e).replace(repr(value), shown(value), 1)) from None
+    except ValueError as e:  # its message quotes the value clipped, as every other one
+        raise ConfigError(key, str(e)) from None
 
 
 def _limited(key: str, value: Any, limit_key: str | None = None) -> float:
