@@ -1268,3 +1268,43 @@ def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
     (k_then, _), (k_now, pos0_now) = asyncio.run(go())
     assert k_now <= k_then and pos0_now <= config.MAX_MODELS_PER_TARGET, (k_then, k_now, pos0_now)
     assert k_now <= config.DEFAULT_MAX_SERIES_PER_TARGET  # the models the windows hold, not the 4,000 names seen
+
+
+def test_model_names_that_churn_with_restarts_leave_no_restart_growing():
+    """helper-39: new names at every poll, and last poll's names again with a later _created (each
+    engine a restart). The restarts a diagnosis reads were kept a day per name, held or not:
+    307,200 of them after 600 polls, 155 MB, each poll 1 s. Now those of the models the windows hold."""
+    from vllm_specdec_exporter.poller import TargetPoller
+
+    def payload_of(n: int) -> bytes:
+        out = []
+        for gen, created, d in ((n, 1000.0, 5000), (n - 1, 2000.0, 10)):
+            for j in range(16) if gen >= 0 else ():
+                for e in range(4):
+                    lab = f'engine="{e}",model_name="m{gen}-{j}"'
+                    out += [f"vllm:spec_decode_num_{name}_total{{{lab}}} {v}"
+                            for name, v in (("drafts", d), ("draft_tokens", 2 * d), ("accepted_tokens", 1.5 * d))]
+                    out += [f"vllm:spec_decode_num_drafts_created{{{lab}}} {created}"]
+                    out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}'
+                            for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
+        return prom(("\n".join(out) + "\n").encode())
+
+    async def go():
+        clock = FakeClock()
+        with LoopbackServer(payload_of) as vllm:
+            settings = build_settings({"poll": {"interval": "5s"}, "max_series_per_target": 256}, {"urls": [vllm.url]})
+            async with aiohttp.ClientSession() as session:
+                poller = TargetPoller(settings.targets[0], settings, session, mono=clock)
+                sizes = []
+                for i in range(120):
+                    clock.t += 5
+                    assert await poller.poll_once() == "success"
+                    if i in (59, 119):
+                        changes = {m for by_model in poller.diagnosis._changes.values() for m in by_model}
+                        sizes.append((len(changes), poller.view.counter_resets))
+        return sizes
+
+    (then, resets_then), (now, resets_now) = asyncio.run(go())
+    assert resets_now > resets_then >= 59 * 64  # the restarts were seen
+    # 16 names of 4 engines each a poll, 256 series held: at most 64 models (1,920 names by poll 120 before)
+    assert 0 < now <= 256 // 4 and now <= then, (then, now)

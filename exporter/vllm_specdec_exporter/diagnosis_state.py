@@ -177,10 +177,11 @@ class DiagnosisState:
     ) -> dict[str, Seen]:
         """One poll: its restarted engines, the counters it kept and the history's windows. Returns
         what each model's verdicts read (``Seen``)."""
-        changed = self._recent_changes(now, restarted, kept)
-        # k is remembered for the models the windows still hold: names that churn are not kept forever.
+        # k and changes are remembered for the models the windows still hold: names that churn are
+        # not kept forever (with restarts, 307,200 changes held after 600 polls: helper-39).
         longest = windows.get(self.windows[-1][0])
         held = {m for m, _ in kept} | ({m for m, _ in longest.engines} if longest else set())
+        changed = self._recent_changes(now, restarted, kept, held)
         self._k = {m: k for m, k in self._k.items() if m in held}
         fixed = self._restarts_after_a_fall(now, restarted, kept)
         healthy = set(self._position0_healthy_at)
@@ -261,7 +262,9 @@ class DiagnosisState:
         states = {**health, **self._states.get(label, {})}
         return {m for m, state in states.items() if state in ("degraded", "collapsed")}
 
-    def _recent_changes(self, now: float, restarted: Sequence[SeriesKey], kept: Mapping[SeriesKey, Counters]) -> dict[str, Seen]:
+    def _recent_changes(
+        self, now: float, restarted: Sequence[SeriesKey], kept: Mapping[SeriesKey, Counters], in_windows: set[str]
+    ) -> dict[str, Seen]:
         """Restarts and k changes per model within the day, with when (each window's verdict reads
         those within it: window_verdict), and the model over each window at the last poll before
         the first of them. A change while the model was already degraded or collapsed (the last
@@ -301,7 +304,9 @@ class DiagnosisState:
                 if model not in befores or befores[model][0] < horizon:
                     befores[model] = (now, self._total_before(model, label))
             self._changes[label] = {
-                m: kept_ for m, v in changes.items() if (kept_ := {w: seen for w, seen in v.items() if seen[1] >= horizon})
+                m: kept_
+                for m, v in changes.items()
+                if m in in_windows and (kept_ := {w: seen for w, seen in v.items() if seen[1] >= horizon})
             }
             self._before[label] = {m: b for m, b in befores.items() if m in self._changes[label]}
         models = {m for held in self._changes.values() for m in held}

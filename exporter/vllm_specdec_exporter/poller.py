@@ -36,6 +36,7 @@ from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows
 log = structlog.get_logger("vllm_specdec_exporter")
 
 MAX_BEARER_TOKEN_BYTES = 64 << 10  # re-read each poll: a Kubernetes service-account token is 1-2 KB
+RESETS_LOGGED_PER_POLL = 8  # a DP=8 server's restart, one line per engine; more in one line
 SERVED_MODELS_MIN_SECONDS = 0.2  # the poll's time left under which /v1/models waits for the next poll
 
 POLL_RESULTS = (
@@ -308,8 +309,11 @@ class TargetPoller:
         for key, reason in observation.skipped:
             self._warn_once(f"{series_name(key)[:300]}: {reason}; that series skipped this poll, the counters counted")
         self._served_due = self._served_due or bool(observation.restarted)
-        for key in observation.restarted:
+        restarted = list(observation.restarted)
+        for key in restarted[:RESETS_LOGGED_PER_POLL]:
             log.info("counter_reset", target=self.target.name, series=series_name(key)[:300])
+        if len(restarted) > RESETS_LOGGED_PER_POLL:  # names that churn with restarts: not a flood (helper-39)
+            log.info("counter_reset", target=self.target.name, more=len(restarted) - RESETS_LOGGED_PER_POLL)
         for key in observation.appeared:
             self._appeared_logged += 1
             if self._appeared_logged <= 100:  # churn of labels is not a flood of log lines
