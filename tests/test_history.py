@@ -87,6 +87,27 @@ def test_an_engine_that_returns_after_being_forgotten_does_not_add_its_lifetime(
     assert w.engines[KEY].drafts == 4100 - c(3500).drafts
 
 
+@pytest.mark.parametrize("how", ["unseen", "cap"])
+def test_a_window_longer_than_an_engines_absence_counts_all_it_did_since_it_returned(how):
+    """helper-39: the window's first sample still held the engine's old running total; back as a fresh
+    vLLM, its new total from 0 read as a restart until it passed the old one, then the old one was
+    subtracted: 2,000 drafts a poll read 200. Forgotten for being unseen, or by the cap's forget."""
+    h = TargetHistory([("1h", 3600.0)], forget_after=600 if how == "unseen" else 4000)
+    other, t, drafts = ("m", "1"), 0.0, 0.0
+    for _ in range(800):  # watched longer than the window: the window starts at a total of its
+        t, drafts = t + 5, drafts + 200
+        h.observe(t, {KEY: c(1e5 + drafts), other: c(t)})
+    for i in range(130 if how == "unseen" else 2):  # gone: past forget_after, or forgotten by the cap at once
+        t += 5
+        h.observe(t, {other: c(t)}, forget=[KEY] if how == "cap" and i == 0 else ())
+    assert KEY not in h.seen()
+    back = 0.0
+    for i in range(40):  # a fresh vLLM: 2,000 a poll, from 0
+        t, back = t + 5, back + 2000
+        h.observe(t, {KEY: c(back), other: c(t)})
+        assert h.window("1h").engines[KEY].drafts == back - 2000, (i, back)  # all since its first poll back
+
+
 def test_a_new_engine_counts_from_its_first_poll():
     h = TargetHistory(WINDOWS, 4000)
     h.observe(0, {KEY: c(100)})

@@ -55,8 +55,6 @@ from .derive import (
 )
 from .model import Counters, RequestHistogram, SeriesKey
 
-Totals = Mapping[SeriesKey, Counters]
-
 GREW_PAST = "grew past"  # a pending poll: a later start time with the counters gone on, not yet kept
 MOVING_START = "a later start time (_created) at each poll, the counters going on: no restart (stamped at each scrape?)"
 
@@ -64,7 +62,7 @@ MOVING_START = "a later start time (_created) at each poll, the counters going o
 @dataclass(frozen=True, slots=True)
 class HistorySample:
     t: float  # monotonic seconds
-    totals: Totals
+    totals: dict[SeriesKey, Counters]  # each engine's running total; a forgotten one's dropped (_forget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +259,7 @@ class TargetHistory:
 
     def observe(self, t: float, raw: Mapping[SeriesKey, Counters], forget: Sequence[SeriesKey] = ()) -> Observation:
         first_poll = self.latest is None
-        for key in forget:
-            self._engines.pop(key, None)
+        self._forget(forget)
         increments: dict[SeriesKey, Counters] = {}
         restarted: list[SeriesKey] = []
         appeared: list[SeriesKey] = []
@@ -346,8 +343,7 @@ class TargetHistory:
                 if grew:  # its sides wait too: a confirmed restart counts them whole
                     continue
             self._step_sides(e, key, now, confirmed, verdict == RESTART and pending is None, skipped)
-        for key in [k for k, e in self._engines.items() if t - e.seen > self._forget_after]:
-            del self._engines[key]
+        self._forget([k for k, e in self._engines.items() if t - e.seen > self._forget_after])
 
         sample = HistorySample(t, {k: e.totals() for k, e in self._engines.items()})
         self.latest = sample
@@ -363,6 +359,17 @@ class TargetHistory:
             while len(ring) >= 2 and ring[1].t <= t - seconds:
                 ring.popleft()
         return Observation(increments, tuple(restarted), tuple(appeared), tuple(inconsistent), tuple(skipped))
+
+    def _forget(self, keys: Sequence[SeriesKey]) -> None:
+        """Engines dropped, and their running totals from the samples the windows start at: seen
+        again, an engine's total starts at 0, and against its old one a window read its return as
+        a restart until the new total passed the old, then subtracted the old (2,000 drafts a
+        poll read 200: helper-39). Without it, the window counts it as new from its return."""
+        gone = [key for key in keys if self._engines.pop(key, None) is not None]
+        if gone:
+            for sample in {id(s): s for ring in self._rings.values() for s in ring}.values():
+                for key in gone:
+                    sample.totals.pop(key, None)
 
     @staticmethod
     def _rebase_sides(e: _Engine, now: Counters) -> None:
