@@ -196,6 +196,33 @@ def test_a_glitch_is_reported_once_and_the_next_poll_counts_from_the_base():
     assert h.window("1m").engines[KEY].drafts == 1500
 
 
+def test_every_total_a_draft_below_in_a_lull_is_no_restart_without_a_start_time():
+    """helper-39 (no _created: multiprocess mode): collapsed for 5 minutes, then idle, every total one
+    below the last poll and staying there. Read as a restart (a drop to under the drafts a restart could
+    make), the next poll confirmed it and the whole healthy life (10 M drafts at AL 2.6) entered every
+    window: the collapse read healthy. A restart starts from zero: at most half the base's drafts."""
+    def short_life(extra: float) -> Counters:  # life()'s with 1 M healthy drafts: under a restart's 1.25 M at 5 s
+        p0, p1 = 0.9e6 + extra * 0.03, 0.7e6
+        return Counters(1e6 + extra, 2 * (1e6 + extra), p0 + p1, (p0, p1))
+
+    h = TargetHistory(WINDOWS, 4000)
+    for i in range(60):
+        h.observe(5.0 * i, {KEY: short_life(500.0 * i)})
+    last = short_life(500.0 * 59)
+    dipped = Counters(last.drafts - 1, last.draft_tokens - 2, last.accepted - 1, (last.per_position[0] - 1, last.per_position[1]))
+    reasons = []
+    for i in range(60, 66):  # idle: the dipped totals, poll after poll
+        obs = h.observe(5.0 * i, {KEY: dipped})
+        assert obs.restarted == () and (KEY not in obs.increments or obs.increments[KEY].drafts == 0), i
+        reasons += [r for _, r in obs.inconsistent]
+    assert reasons[:1] == ["counters went down a little, not to near zero (a glitch?)"]
+    assert al(h.window("1h")) == pytest.approx(1.03, abs=1e-9)
+    # A restart to under half the base is still one (confirmed by the next poll, counted whole).
+    h.observe(5.0 * 66, {KEY: Counters(400, 800, 620, (360, 260))})
+    obs = h.observe(5.0 * 67, {KEY: Counters(900, 1800, 1395, (810, 585))})
+    assert obs.restarted == (KEY,) and obs.increments[KEY].drafts == 900
+
+
 def test_two_inconsistent_polls_in_a_row_re_base():
     h = TargetHistory(WINDOWS, 4000)
     h.observe(0, {KEY: life(0)})

@@ -94,6 +94,11 @@ MIN_POLL_INTERVAL_SECONDS = 0.1
 # per second since the last poll, is inconsistent (history.py);
 # VLLMSpecDecodeTargetInconsistent says so if it lasts.
 MAX_DRAFTS_PER_SECOND = 250_000
+# Without a start time, a restart's drafts are at most this share of the base's: a restart starts
+# from zero, and the old process drafted for longer than its successor did between two polls (its
+# boot alone takes tens of seconds). A dip of one draft in every total during a lull read as a
+# restart and added the engine's whole life to the windows, hiding a collapse (helper-39).
+RESTART_MAX_SHARE = 0.5
 # Start times (_created) closer than this are one start: a restart reads the old process, then
 # loads the new one (seconds); a smaller move is jitter (read as restarts, it added whole lives).
 START_TIME_SLACK_SECONDS = 1.0

@@ -84,6 +84,8 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
             return "counters went down, but the engine did not restart (its _created is unchanged): swapped dumps, or a glitch"
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"
+        if now.drafts > config.RESTART_MAX_SHARE * base.drafts:
+            return "counters went down a little, not to near zero (a glitch?)"
         return RESTART
     if now.k != base.k:
         return "k changed without a restart (positions cut off or added)"
