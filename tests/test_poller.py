@@ -1234,6 +1234,15 @@ def test_a_password_echoed_in_an_unreadable_answer_is_scrubbed_before_it_is_cut(
         assert secret[:3] not in message, (pad, message)
 
 
+def _engine_lines(labels: str, d: float, created: float | None = None) -> list[str]:
+    """One k=2 engine at AL 2.5 in vLLM's text, its start time if given."""
+    out = [f"vllm:spec_decode_num_{name}_total{{{labels}}} {v}"
+           for name, v in (("drafts", d), ("draft_tokens", 2 * d), ("accepted_tokens", 1.5 * d))]
+    out += [f"vllm:spec_decode_num_drafts_created{{{labels}}} {created}"] if created is not None else []
+    return out + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}} {v}'
+                  for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
+
+
 def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
     """helper-28: 40 model names never seen before at every poll. The engines held stay capped,
     but the diagnosis kept every name's k and position 0 (60,040 after 1,500 polls, 31 MB)."""
@@ -1244,11 +1253,7 @@ def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
     def payload_of(n: int) -> bytes:
         out = []
         for m in (f"model-{next(fresh)}" for _ in range(40)):
-            d = 1000 * (n + 1)
-            out += [f'vllm:spec_decode_num_{name}_total{{engine="0",model_name="{m}"}} {v}'
-                    for name, v in (("drafts", d), ("draft_tokens", 2 * d), ("accepted_tokens", 1.5 * d))]
-            out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{m}",position="{p}"}} {v}'
-                    for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
+            out += _engine_lines(f'engine="0",model_name="{m}"', 1000 * (n + 1))
         return prom(("\n".join(out) + "\n").encode())
 
     async def go():
@@ -1281,12 +1286,7 @@ def test_model_names_that_churn_with_restarts_leave_no_restart_growing():
         for gen, created, d in ((n, 1000.0, 5000), (n - 1, 2000.0, 10)):
             for j in range(16) if gen >= 0 else ():
                 for e in range(4):
-                    lab = f'engine="{e}",model_name="m{gen}-{j}"'
-                    out += [f"vllm:spec_decode_num_{name}_total{{{lab}}} {v}"
-                            for name, v in (("drafts", d), ("draft_tokens", 2 * d), ("accepted_tokens", 1.5 * d))]
-                    out += [f"vllm:spec_decode_num_drafts_created{{{lab}}} {created}"]
-                    out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}'
-                            for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
+                    out += _engine_lines(f'engine="{e}",model_name="m{gen}-{j}"', d, created)
         return prom(("\n".join(out) + "\n").encode())
 
     async def go():
