@@ -1243,10 +1243,31 @@ def _engine_lines(labels: str, d: float, created: float | None = None) -> list[s
                   for p, v in ((0, 0.9 * d), (1, 0.6 * d))]
 
 
+def _polled(payload_of, config: dict, polls: int, read) -> list:
+    """``polls`` polls 5 s apart (a fake clock) of a loopback vLLM answering ``payload_of(n)``; what
+    ``read(poller)`` says halfway and at the end."""
+    from vllm_specdec_exporter.poller import TargetPoller
+
+    async def go():
+        clock = FakeClock()
+        with LoopbackServer(payload_of) as vllm:
+            settings = build_settings({"poll": {"interval": "5s"}, **config}, {"urls": [vllm.url]})
+            async with aiohttp.ClientSession() as session:
+                poller = TargetPoller(settings.targets[0], settings, session, mono=clock)
+                seen = []
+                for i in range(polls):
+                    clock.t += 5
+                    assert await poller.poll_once() == "success"
+                    if i in (polls // 2 - 1, polls - 1):
+                        seen.append(read(poller))
+        return seen
+
+    return asyncio.run(go())
+
+
 def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
     """helper-28: 40 model names never seen before at every poll. The engines held stay capped,
     but the diagnosis kept every name's k and position 0 (60,040 after 1,500 polls, 31 MB)."""
-    from vllm_specdec_exporter.poller import TargetPoller
 
     fresh = itertools.count()
 
@@ -1256,21 +1277,7 @@ def test_model_names_that_churn_at_every_poll_leave_nothing_growing():
             out += _engine_lines(f'engine="0",model_name="{m}"', 1000 * (n + 1))
         return prom(("\n".join(out) + "\n").encode())
 
-    async def go():
-        clock = FakeClock()
-        with LoopbackServer(payload_of) as vllm:
-            settings = build_settings({"poll": {"interval": "5s"}}, {"urls": [vllm.url]})
-            async with aiohttp.ClientSession() as session:
-                poller = TargetPoller(settings.targets[0], settings, session, mono=clock)
-                sizes = []
-                for i in range(100):
-                    clock.t += 5
-                    assert await poller.poll_once() == "success"
-                    if i in (49, 99):
-                        sizes.append((len(poller.diagnosis._k), len(poller.diagnosis._position0_healthy_at)))
-        return sizes
-
-    (k_then, _), (k_now, pos0_now) = asyncio.run(go())
+    (k_then, _), (k_now, pos0_now) = _polled(payload_of, {}, 100, lambda p: (len(p.diagnosis._k), len(p.diagnosis._position0_healthy_at)))
     assert k_now <= k_then and pos0_now <= config.MAX_MODELS_PER_TARGET, (k_then, k_now, pos0_now)
     assert k_now <= config.DEFAULT_MAX_SERIES_PER_TARGET  # the models the windows hold, not the 4,000 names seen
 
@@ -1279,7 +1286,6 @@ def test_model_names_that_churn_with_restarts_leave_no_restart_growing():
     """helper-39: new names at every poll, and last poll's names again with a later _created (each
     engine a restart). The restarts a diagnosis reads were kept a day per name, held or not:
     307,200 of them after 600 polls, 155 MB, each poll 1 s. Now those of the models the windows hold."""
-    from vllm_specdec_exporter.poller import TargetPoller
 
     def payload_of(n: int) -> bytes:
         out = []
@@ -1289,22 +1295,10 @@ def test_model_names_that_churn_with_restarts_leave_no_restart_growing():
                     out += _engine_lines(f'engine="{e}",model_name="m{gen}-{j}"', d, created)
         return prom(("\n".join(out) + "\n").encode())
 
-    async def go():
-        clock = FakeClock()
-        with LoopbackServer(payload_of) as vllm:
-            settings = build_settings({"poll": {"interval": "5s"}, "max_series_per_target": 256}, {"urls": [vllm.url]})
-            async with aiohttp.ClientSession() as session:
-                poller = TargetPoller(settings.targets[0], settings, session, mono=clock)
-                sizes = []
-                for i in range(120):
-                    clock.t += 5
-                    assert await poller.poll_once() == "success"
-                    if i in (59, 119):
-                        changes = {m for by_model in poller.diagnosis._changes.values() for m in by_model}
-                        sizes.append((len(changes), poller.view.counter_resets))
-        return sizes
+    def read(poller):
+        return len({m for by_model in poller.diagnosis._changes.values() for m in by_model}), poller.view.counter_resets
 
-    (then, resets_then), (now, resets_now) = asyncio.run(go())
+    (then, resets_then), (now, resets_now) = _polled(payload_of, {"max_series_per_target": 256}, 120, read)
     assert resets_now > resets_then >= 59 * 64  # the restarts were seen
     # 16 names of 4 engines each a poll, 256 series held: at most 64 models (1,920 names by poll 120 before)
     assert 0 < now <= 256 // 4 and now <= then, (then, now)
