@@ -96,7 +96,8 @@ def test_collapse_margin_above_one_fails_lint_and_template():
     ({"targets": [{**TARGETS[0], "bearer_token_file": ""}]}, "at '/config/targets/0/bearer_token_file': minLength"),
     ({"targets": TARGETS, "baselines": {"profiles": [{"name": "", "model": "m", "k": 2, "mean_acceptance_length": 2}]}},
      "at '/config/baselines/profiles/0/name': minLength"),
-], ids=["two-unnamed-targets", "web-key-typo", "blank-method", "empty-token-file", "empty-profile-name"])
+    ({"targets": TARGETS, "poll": {"interval": "0m0s"}}, "at '/config/poll/interval': 'not' failed"),
+], ids=["two-unnamed-targets", "web-key-typo", "blank-method", "empty-token-file", "empty-profile-name", "zero-duration"])
 def test_the_chart_refuses_what_the_exporter_refuses_at_start_up(config, chart_says):
     """Each rendered with helm rc=0 and crash-looped the pod (helper-40)."""
     proc = helm("template", "rel", ".", "--set", "mode=standalone", "--set-json", f"config={json.dumps(config)}", check=False)

@@ -22,6 +22,7 @@ DURATION: Schema = {
     "type": "string",
     "minLength": 1,
     "pattern": "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$",
+    "not": {"pattern": "^(0+(y|w|d|h|m|s|ms))+$"},  # all zero: 0s (no lookahead in helm's RE2)
 }
 
 # Text the exporter refuses empty or blank (settings._profile, _deployment).
