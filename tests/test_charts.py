@@ -191,6 +191,31 @@ def test_the_landing_page_draws_each_models_hour_during_a_collapse():
     run(go())
 
 
+def test_counters_that_break_vllms_invariants_draw_no_figure_on_the_landing_page():
+    """helper-42: position 0 at 1.5 x the drafts (k=2). /metrics and the summary give no figure; the page
+    drew a 0.0 % bar per position and captioned its chart "lowest 4.000" (AL 4 at k=2, over k+1)."""
+    from sidecar_harness import T0, V1, Sidecar
+
+    def serve(t: float) -> bytes:
+        d, lab = 1000 + 100 * (t - T0), 'engine="0",model_name="m"'
+        return (f"{V1}drafts_total{{{lab}}} {d:.0f}\n{V1}drafts_created{{{lab}}} {T0!r}\n"
+                f"{V1}draft_tokens_total{{{lab}}} {4 * d:.0f}\n{V1}accepted_tokens_total{{{lab}}} {3 * d:.0f}\n"
+                + "".join(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {1.5 * d:.0f}\n' for i in (0, 1))
+                ).encode()
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 400)
+            assert (await s.summary("5m"))["all"]["per_position_acceptance"] == [None, None]
+            return await s.page()
+
+    page = run(go())
+    bars = re.findall(r"<div class=bar>.*?</div>", page)
+    assert len(bars) == 2 and all("<meter min=0 max=1></meter> - <code>" in b for b in bars), bars
+    assert "lowest" not in page and "<svg" not in page  # no chart of figures out of their range
+    assert "mean acceptance length <b>-</b>" in page
+
+
 def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):
     import vllm_specdec_exporter.landing as landing
 

@@ -52,6 +52,7 @@ from .derive import (
     difference,
     started_elsewhen,
     sum_counters,
+    within,
 )
 from .model import Counters, RequestHistogram, SeriesKey
 
@@ -91,12 +92,15 @@ class TrendPoint:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return None if self.drafts <= 0 else 1.0 + self.accepted / self.drafts
+        """None without drafts, or out of its range 1..k+1 (counters that break vLLM's invariants)."""
+        return None if self.drafts <= 0 else within(1.0 + self.accepted / self.drafts, 1.0, len(self.per_position) + 1.0)
 
     @property
     def position_acceptance(self) -> tuple[float, ...]:
-        """Per position, the share of drafts with at least position+1 tokens accepted (none without drafts)."""
-        return () if self.drafts <= 0 else tuple(n / self.drafts for n in self.per_position)
+        """Per position, the share of drafts with at least position+1 tokens accepted (none without drafts,
+        nor where one leaves 0..1: a step of counters that break vLLM's invariants draws nothing)."""
+        shares = () if self.drafts <= 0 else tuple(n / self.drafts for n in self.per_position)
+        return shares if all(within(x, 0.0, 1.0) is not None for x in shares) else ()
 
 
 # A model's trend holds at most this many points: one per step of the longest window's ring.

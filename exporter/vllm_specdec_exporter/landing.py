@@ -80,7 +80,7 @@ def _trend(
     """The charts and the words beside them, which say what they show, so a terminal browser
     loses nothing but the picture. The charts come from ``cache`` (the last render's) while
     no step added a point; what is drawn goes to ``kept``."""
-    enough = [p for p in mv.trend if p.drafts >= settings.min_drafts]
+    enough = [p for p in mv.trend if p.drafts >= settings.min_drafts and p.mean_acceptance_length is not None]
     if not enough:
         return ""
     label, seconds = settings.windows[-1]
@@ -94,7 +94,7 @@ def _trend(
         svgs = _charts(mv, settings, end)
     if kept is not None:
         kept[mv.model_name] = (key, svgs)
-    figures = [p.mean_acceptance_length or 1.0 for p in enough]
+    figures = [al for p in enough if (al := p.mean_acceptance_length) is not None]
     against = (
         f"against the healthy reference {healthy:.2f} (green dashes, the profile) and the degraded threshold "
         f"{settings.detection.degraded_floor_under(healthy):.3f} (orange dots)"
@@ -158,10 +158,11 @@ def landing_page(
             bars = ""
             if st is not None and st.num_drafts >= settings.min_drafts:
                 for i, fraction in enumerate(st.per_position_acceptance):
-                    pct = 0 if fraction is None else 100 * fraction
+                    shown = "-" if fraction is None else f"{100 * fraction:.1f} %"  # no figure, never a fake 0
+                    meter = "" if fraction is None else f" value={fraction:.4f}"
                     bars += (
-                        f"<div class=bar><span>position {i}</span><meter min=0 max=1 value={fraction or 0:.4f}>"
-                        f"</meter> {pct:.1f} % <code>{bar(fraction, 20)}</code></div>"
+                        f"<div class=bar><span>position {i}</span><meter min=0 max=1{meter}>"
+                        f"</meter> {shown} <code>{bar(fraction, 20)}</code></div>"
                     )
             al = _fmt(st.mean_acceptance_length if st and st.num_drafts >= settings.min_drafts else None, ".3f")
             chart = ""
