@@ -195,6 +195,23 @@ def test_report_and_diff_of_hostile_labels_give_figures_not_a_traceback(tmp_path
                 assert b"\x1b[" not in proc.stdout  # control characters escaped in the terminal view
 
 
+def test_two_long_model_names_that_differ_at_their_end_stay_two_in_the_text_view(tmp_path):
+    """helper-42: the header cut names at 80 characters from the front: two checkpoints of one run
+    read as one model (at AL 2.500 and 1.100). The header keeps a name whole up to the label cap."""
+    root = "/mnt/weights/deepseek-ai/DeepSeek-V4-Pro-finetune-run-2026-11-30-lr3e-5/checkpoints/global_step_"
+    lines = []
+    for model, acc in ((root + "1000", 0.9), (root + "2000", 0.05)):
+        lab = f'engine="0",model_name="{model}"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 1000", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 2000",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1600)}",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * 1000)}',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 600)}']
+    (tmp_path / "d.prom").write_text("\n".join(lines) + "\n")
+    out = run_cli("report", str(tmp_path / "d.prom")).stdout.decode()
+    headers = [line for line in out.splitlines() if line.startswith("model ")]
+    assert [h.split()[1] for h in headers] == [root + "1000", root + "2000"], headers
+
+
 HOSTILE_ENGINE = "\x1b]0;pwned\x07\x1b[2J\rX\x9b2J\u202e"  # retitle, clear, carriage return, C1 CSI, bidi override
 
 

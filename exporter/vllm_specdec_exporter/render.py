@@ -29,9 +29,11 @@ def escape(text: str) -> str:
 
 
 def _safe(text: str, width: int = 80) -> str:
-    """A label value as one terminal line: control characters escaped, long ones cut."""
+    """A label value as one terminal line: control characters escaped, long ones cut in the middle
+    (checkpoint paths differ at their end: cut there, two models read as one)."""
     out = escape(text)
-    return out if len(out) <= width else out[: width - 3] + "..."
+    head = (width - 3) // 2
+    return out if len(out) <= width else out[:head] + "..." + out[len(out) - (width - 3 - head) :]
 
 
 def bar(fraction: float | None, width: int = config.BAR_WIDTH) -> str:
@@ -45,7 +47,7 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
     s = entry["all"]
     engines = entry["engines"]
     k = s["k"]
-    lines = [f"model {_safe(model)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
+    lines = [f"model {_safe(model, config.MAX_LABEL_VALUE_LENGTH)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
     ceiling = f"   of at most {k + 1:.3f} (k+1)" if k else ""
     lines.append(f"  mean acceptance length  {_fix(s['mean_acceptance_length'])}{ceiling}")
     lines.append(
