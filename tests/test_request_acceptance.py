@@ -128,9 +128,13 @@ def test_the_window_carries_bucket_deltas_and_a_restart_counts_from_zero():
     w = h.window("1m")
     assert w.engines[(MODEL, "0")].request_acceptance == RequestHistogram(
         EDGES, (3, 5, 6, 7, 8, 9, 11, 13, 16, 19, 21, 23, 24, 30), 30)
-    # Engine 0 restarts: its counters (histogram included) go back to the 'before' values. Without
-    # _created (multiprocess mode) the restart waits for the next poll to confirm it.
-    restarted = {**after, (MODEL, "0"): replace(before[(MODEL, "0")], started=None)}
+    # Engine 0 restarts: its histogram goes back to the 'before' values, its counters to half of them
+    # (a restart without _created starts from zero: at most half the base's drafts, RESTART_MAX_SHARE).
+    # Without _created (multiprocess mode) the restart waits for the next poll to confirm it.
+    b0 = before[(MODEL, "0")]
+    restarted = {**after, (MODEL, "0"): replace(b0, drafts=b0.drafts / 2, draft_tokens=b0.draft_tokens / 2,
+                                                accepted=b0.accepted / 2, per_position=tuple(x / 2 for x in b0.per_position),
+                                                started=None)}
     assert h.observe(20.0, restarted).restarted == ()
     obs = h.observe(30.0, restarted)
     assert obs.restarted == ((MODEL, "0"),)
