@@ -377,8 +377,40 @@ def test_an_engine_gone_from_the_payload_has_no_figures_or_health_of_its_own():
             assert {x.labels["engine"] for x in m[f"{P}_engine_health"]} == {"0"}
             assert {x.labels["engine"] for x in m.get(f"{P}_engine_mean_acceptance_length", [])} <= {"0"}
             assert one(m, f"{P}_window_drafts", window="5m") > before  # engine 1's drafts still in the model's window
-            assert set((await s.summary("5m"))["engines"]) == {"0"}
+            summary = await s.summary("5m")
+            assert set(summary["engines"]) == {"0"}
+            # ... and so do the summary's: it summed the engines still there (helper-42: 8,500 against 14,000)
+            assert summary["all"]["num_drafts"] == one(m, f"{P}_window_drafts", window="5m")
+            assert summary["all"]["mean_acceptance_length"] == pytest.approx(one(m, f"{P}_mean_acceptance_length", window="5m"))
     run(go())
+
+
+def test_targets_whose_windows_span_different_times_give_the_summary_no_rates():
+    """helper-42: b answered only from 240 s on; the summary divided b's and the model's drafts by a's
+    300 s (b/0 30 drafts/s for 100, the model 130 for 200). No per-second figure, and a warning saying so."""
+    from aiohttp import web
+
+    def serve(late: bool):
+        def at(t: float) -> bytes:
+            if late and t < T0 + 240:
+                raise web.HTTPServiceUnavailable()
+            return dump("m", 1000 + 100 * (t - T0), (0.9, 0.7), T0)
+        return at
+
+    async def go():
+        async with Sidecar({"a": serve(False), "b": serve(True)}, T0) as s:
+            await s.poll_until(T0 + 335)
+            m = await scrape(s.session, s.url)
+            spans = {x.labels["target"]: x.value for x in m[f"{P}_window_span_seconds"] if x.labels["window"] == "5m"}
+            async with s.session.get(f"{s.url}/api/v1/summary?window=5m") as r:
+                return spans, await r.json()
+
+    spans, summary = run(go())
+    assert spans["a"] >= 300 and spans["b"] <= 100, spans
+    entry = summary["models"]["m"]
+    assert summary["interval_seconds"] is None and entry["all"]["num_drafts"] > 0
+    assert entry["all"]["drafts_per_second"] is None and entry["engines"]["b/0"]["drafts_per_second"] is None
+    assert any("span different times (a 3" in w and ", b " in w for w in summary["warnings"]), summary["warnings"]
 
 
 def test_the_summary_is_built_once_per_state_not_per_request(monkeypatch):

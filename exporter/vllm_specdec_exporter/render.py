@@ -47,7 +47,9 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
     s = entry["all"]
     engines = entry["engines"]
     k = s["k"]
-    lines = [f"model {_safe(model, config.MAX_LABEL_VALUE_LENGTH)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"]
+    lines = [
+        f"model {_safe(model, config.MAX_LABEL_VALUE_LENGTH)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"
+    ]
     ceiling = f"   of at most {k + 1:.3f} (k+1)" if k else ""
     lines.append(f"  mean acceptance length  {_fix(s['mean_acceptance_length'])}{ceiling}")
     lines.append(

@@ -7,7 +7,7 @@ Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}, "health": 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from . import capacity, config
@@ -29,9 +29,12 @@ def summarize(
     warnings: Iterable[str] = (),
     verdict: Judge | None = None,
     cost_of: Cost | None = None,
+    unlisted: Collection[SeriesKey] = (),
 ) -> dict[str, Any]:
     """The schema over ``engines``' counters; ``verdict``: each model's verdict (counters alone
-    without); ``cost_of``: each model's "cost" entry (none without: the CLI adds its own)."""
+    without); ``cost_of``: each model's "cost" entry (none without: the CLI adds its own);
+    ``unlisted``: engines in the model's sums and verdict without an entry of their own (the
+    sidecar's engines gone from the payload: what they drafted in the window stays the model's)."""
     by_model: dict[str, Engines] = {}
     for (model, engine), counters in engines.items():
         by_model.setdefault(model, Engines())[engine] = counters
@@ -42,6 +45,8 @@ def summarize(
         broken = []
         for engine in sorted(per_engine, key=engine_order):
             c = per_engine[engine]
+            if (model, engine) in unlisted:
+                continue
             # Named only when there is something to report (the message is all the name is for).
             checks = invariant_violations(c, "")
             if checks:

@@ -34,7 +34,8 @@ class ModelWindow:
     span_seconds: float
     stats: Stats  # summed over the model's engines
     engines: Mapping[str, EngineFigures]  # in engine order
-    # Each engine's counters over the window, in the history's order (what /api/v1/summary sums).
+    # Each engine's counters over the window, in the history's order (what /api/v1/summary sums),
+    # those gone from the payload too (``engines`` has figures only for those still in it).
     counters: Mapping[str, Counters] = field(default_factory=dict)
 
 
@@ -146,7 +147,7 @@ def model_views(
             total = sum_counters(in_window.values())
             # The window's invariant violations ride along in Stats.warnings (health reads them).
             checks = invariant_violations(total, series_name((model, "sum"))[:300])
-            per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, engines)
+            per_model[model][label] = ModelWindow(window.span_seconds, derive(total, span, checks), engines_fig, in_window)
             if label == settings.health_window:
                 # The verdict reads the raw counters of the window, not derived figures.
                 longest = windows.get(settings.windows[-1][0])

@@ -169,21 +169,32 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
     settings = app[SETTINGS]
     several = len(settings.targets) > 1
     engines: dict[SeriesKey, Counters] = {}
-    spans = []
+    gone: set[SeriesKey] = set()  # summed and judged with their model, listed nowhere (as on /metrics)
+    spans = {}
     for v in views:
         if window not in v.window_spans:
             continue
-        spans.append(v.window_spans[window])
+        spans[v.name] = v.window_spans[window]
         # A model that went away has no view: its figures go with its counters (as on /metrics).
         for mv in v.models:
             mw = mv.windows.get(window)
             for engine, c in (mw.counters if mw else {}).items():
                 # Two targets can both have engine "0" (replicas): keep them apart.
-                engines[(mv.model_name, f"{v.name}/{engine}" if several else engine)] = c
+                key = (mv.model_name, f"{v.name}/{engine}" if several else engine)
+                engines[key] = c
+                if mw is not None and engine not in mw.engines:
+                    gone.add(key)
     fresh = {v.name for v in views}
     stale = [t.name for t in settings.targets if t.name not in fresh]
     warnings = [f"target {name}: no fresh data; left out" for name in stale]
-    span = max(spans) if spans else None
+    longest_span = max(spans.values()) if spans else None
+    # One span for every rate: targets whose windows span different times (one polled for less
+    # than the window) give no per-second figure, rather than rates over the longest (helper-42).
+    span = longest_span
+    if span is not None and span - min(spans.values()) > span / config.WINDOW_RESOLUTION + settings.poll_interval:
+        shown = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in spans.items())
+        warnings.append(f"the targets' {window} windows span different times ({shown}): no per-second figures")
+        span = None
 
     def verdict(model: str, per_engine: Mapping[str, Counters]) -> Verdict:
         # The health window of one target: the very verdict /metrics and the landing page show.
@@ -199,7 +210,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         longest = [c for _, mv in served if (w := mv.windows.get(last)) is not None for c in w.counters.values()]
         seen = together([(name, mv.seen) for name, mv in served])
         return window_verdict(
-            window, per_engine, span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
+            window, per_engine, longest_span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
         )
 
     def cost_of(model: str, stats: Stats) -> dict[str, Any]:
@@ -209,7 +220,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
         return cost(k, al, drafts, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
 
-    return summarize(engines, span, warnings, verdict, cost_of)
+    return summarize(engines, span, warnings, verdict, cost_of, gone)
 
 
 async def summary(request: web.Request) -> web.Response:
