@@ -876,6 +876,10 @@ def sidecar_only_group() -> dict:
         gauge("vllm_specdec_up", {**base, "target": "gone"}, "1x10 0x50"),
         polls("gone", "connect_error", "0x10 1+1x50"),
         gauge("vllm_specdec_up", {**base, "target": "rank1"}, "1x60"),
+        # A new pod (a rollout): its sidecar reads up 0 from its first poll at 10m while vLLM loads its
+        # weights for 16 min; another new pod's vLLM never comes up.
+        gauge("vllm_specdec_up", {**base, "target": "newpod"}, "_x10 0x16 1x34"),
+        gauge("vllm_specdec_up", {**base, "target": "newdead"}, "_x10 0x50"),
         gauge("vllm_specdec_exporter_build_info", {**base, "version": "0.1.0", "python_version": "3.11.7"}, "1x30 _x30"),
         gauge("vllm_specdec_exporter_invariant_violations_total", {**base, "target": "vllm"}, "0x20 1x40"),
         # Polls every 5 s (12 a minute). "twin": two servers behind one URL from 11m, every
@@ -932,9 +936,9 @@ def sidecar_only_group() -> dict:
         [
             check("15m", T, []),  # misconfigured since 11m: pending
             check("17m", T, [down("misconfigured")]),  # 6 min after onset
-            check("24m", T, [down("misconfigured")]),  # the reload, 13 min in: quiet
-            check("39m", T, [down("misconfigured")]),  # gone for 28 min: not yet
-            check("42m", T, [down("misconfigured"), down("gone")]),  # gone for 31 min
+            check("24m", T, [down("misconfigured")]),  # the reload, 13 min in, and the new pod, 14: quiet
+            check("39m", T, [down("misconfigured")]),  # gone for 28 min, the new pod that never came up 29: not yet
+            check("42m", T, [down("misconfigured"), down("gone"), down("newdead")]),  # gone for 31 min, 32
             check("40m", A, []),  # series gone at 31m; absent after the 5m staleness, pending for 10m
             check("50m", A, [absent]),
             check("15m", I, []),

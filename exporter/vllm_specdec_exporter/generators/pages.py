@@ -157,8 +157,8 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "the target answers wrongly (HTTP error incl. 401/403, not Prometheus text, too large, bad URL) for {for}, "
         "or is unreachable (refused, timeout) for {unreachable_after}",
         "a misconfiguration; a vLLM that never came back",
-        "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload stays quiet, a "
-        "wrong answer is a misconfiguration no waiting fixes",
+        "vLLM refuses connections while loading weights (DeepSeek-V4: 10-30 min): a 15-min reload, or a new pod's "
+        "first load, stays quiet, a wrong answer is a misconfiguration no waiting fixes",
         "6 min (wrong answer), 30 min (unreachable)",
     ),
     "TargetInconsistent": (

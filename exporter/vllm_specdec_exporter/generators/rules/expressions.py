@@ -201,7 +201,9 @@ def target_down(x: X) -> tuple[str, str]:
     return (
         f"(\n  {up}{selector_of(o)} == 0\n  and ignoring(result) "
         f"increase({m.sample('exporter_polls')}{selector_of(o, f'result=~{chr(34)}{fail}{chr(34)}')}[5m]) > 0\n)\n"
-        f"or max_over_time({up}{selector_of(o)}[{unreachable}]) == 0",
+        # ... and the series was there a range ago: a new pod's sidecar reads up 0 from its first poll
+        # while vLLM loads its weights, which fired on every rollout (helper-41).
+        f"or max_over_time({up}{selector_of(o)}[{unreachable}]) == 0 and {up}{selector_of(o)} offset {unreachable}",
         f"{TARGET_AT_INSTANCE} either answers with something "
         "that is not vLLM's metrics (an HTTP error, an auth failure, a body that is not Prometheus text: a "
         f"misconfiguration), or has been unreachable for {c.TARGET_UNREACHABLE_AFTER}, longer than any "
