@@ -51,9 +51,10 @@ def diff_warnings(tmp_path, before: bytes, after: bytes) -> list[str]:
 
 def test_swapped_dumps_of_eight_engines_say_so_in_one_line(tmp_path):
     """Without _created (multiprocess mode) the counters alone cannot tell swapped dumps from a
-    whole-server restart: one line says both."""
+    whole-server restart: one line says both. Counters down to half or less are a restart's
+    (RESTART_MAX_SHARE): counted from zero, one warning."""
     older = dump({str(e): 10_000 + e for e in range(8)})
-    newer = dump({str(e): 20_000 + e for e in range(8)})
+    newer = dump({str(e): 25_000 + e for e in range(8)})
     assert diff_warnings(tmp_path, older, newer) == []
     warnings = diff_warnings(tmp_path, newer, older)
     assert len(warnings) == 1, warnings
@@ -62,6 +63,18 @@ def test_swapped_dumps_of_eight_engines_say_so_in_one_line(tmp_path):
     (tmp_path / "b").write_bytes(older)
     text = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b")).stdout.decode()
     assert text.count("look swapped") == 1 and "went down" not in text
+
+
+def test_swapped_dumps_a_minute_apart_are_refused_in_one_line_as_swapped(tmp_path):
+    """Counters a little lower in AFTER (dumps a minute apart, swapped) are no restart's: a restart
+    starts from zero. One line, exit 2, not a restart counted from zero per engine."""
+    older = dump({str(e): 10_000 + e for e in range(8)})
+    newer = dump({str(e): 10_600 + e for e in range(8)})
+    (tmp_path / "a").write_bytes(newer)
+    (tmp_path / "b").write_bytes(older)
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "look swapped" in err[0] and "(8)" in err[0], err
 
 
 def test_swapped_dumps_of_one_process_are_refused_as_swapped(tmp_path):

@@ -100,9 +100,10 @@ def test_the_images_steps_install_the_locked_set_and_run_the_cli_demo_and_cmd(wo
     # The image's environment: no test environment on the path, no .pyc written.
     env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 
-    # The demo runs for 3 s meanwhile (outside the image's tree).
+    # The demo runs for 5 s meanwhile (outside the image's tree): its engines' figures show from ~4 s,
+    # and it stops at its --duration (its last frame there, not a refresh later).
     with open(tmp_path / "demo.out", "w+") as demo_out, open(tmp_path / "demo.err", "w+") as demo_err:
-        demo = subprocess.Popen([str(exe), "demo", "--duration", "3s", "--exporter-port", "0", "--simulator-port", "0"],
+        demo = subprocess.Popen([str(exe), "demo", "--duration", "5s", "--exporter-port", "0", "--simulator-port", "0"],
                                 env=env, cwd=tmp_path, stdout=demo_out, stderr=demo_err)
         try:
             out = subprocess.run([str(exe), "report", str(REPO / "examples/vllm-v1-dp8-k2.prom")],

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import __version__, config, durations
 from .adapters import PRODUCERS, extract
-from .derive import delta_engines, sum_counters
+from .derive import DOWN_A_LITTLE, delta_engines, sum_counters
 from .diagnosis import Earlier
 from .health import Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
@@ -254,6 +254,11 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     shared = before.engines.keys() & after.engines.keys()
     if shared and len(deltas.refused) == len(shared):
         key, reason = deltas.refused[0]
+        if all(why == DOWN_A_LITTLE for _, why in deltas.refused):
+            raise ParseError(
+                f"{shown}: every engine's counters ({len(shared)}) are a little lower in AFTER than in BEFORE, not near "
+                "zero as after a restart: the two dumps look swapped (give the older first)"
+            )
         # In vLLM k only changes with a restart: without _created (multiprocess mode) one whose
         # counters grew past the first dump's looks like this.
         hint = (

@@ -42,6 +42,7 @@ def align_k(before: Counters, after: Counters) -> Counters:
 RESTART = "restart"
 STARTED_AGAIN = "started again"  # a restart known from the engine's start time (_created), not inferred
 CONSISTENT = "consistent"
+DOWN_A_LITTLE = "counters went down a little, not to near zero (a glitch?)"  # without a start time: not a restart
 
 
 def _series(c: Counters) -> list[float]:
@@ -85,7 +86,7 @@ def classify(base: Counters, now: Counters, seconds: float) -> str:
         if now.drafts > config.MAX_DRAFTS_PER_SECOND * max(seconds, 1.0):
             return "counters went down, but not to near zero (another server's values?)"
         if now.drafts > config.RESTART_MAX_SHARE * base.drafts:
-            return "counters went down a little, not to near zero (a glitch?)"
+            return DOWN_A_LITTLE
         return RESTART
     if now.k != base.k:
         return "k changed without a restart (positions cut off or added)"
