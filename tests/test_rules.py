@@ -225,6 +225,28 @@ def test_promtool_unit_tests_can_fail(tmp_path):
     assert proc.returncode != 0 and "is 1.037 over 5m" in out and "is 1.036 over 5m" in out, out[-2000:]
 
 
+def test_exactly_the_traffic_floor_is_judged_as_by_the_sidecar(tmp_path):
+    """helper-41: at exactly min_drafts_per_second (1 draft/s) the sidecar judges a model (idle only
+    under it, as the docs say: "with >= 1"), but the rules read "> 1": a collapse there never paged."""
+    lab = 'namespace="llm",pod="one-per-second",model_name="deepseek-ai/DeepSeek-V4-Pro",engine="0",job="vllm"'
+    series = [(f"vllm:spec_decode_num_{name}_total{{{lab}}}", f"0+{per_minute}x40")
+              for name, per_minute in (("drafts", 60), ("draft_tokens", 120), ("accepted_tokens", 2))]
+    series += [(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}}', f"0+{n}x40")
+               for i, n in ((0, 2), (1, 0))]
+    series += [(f"vllm:generation_tokens_total{{{lab}}}", "0+62x40")]
+    rate = "namespace_pod_model_name:vllm_specdec_drafts:rate5m"
+    suite = {"rule_files": [str(ALERTS / "rules-vllm-direct.yaml")], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+        "promql_expr_test": [
+            {"expr": rate, "eval_time": "30m", "exp_samples": [
+                {"labels": f'{rate}{{model_name="deepseek-ai/DeepSeek-V4-Pro",namespace="llm",pod="one-per-second"}}', "value": 1}]},
+            {"expr": 'count(ALERTS{alertname="VLLMSpecDecodeAcceptanceCollapsed",alertstate="firing"})', "eval_time": "30m",
+             "exp_samples": [{"labels": "{}", "value": 1}]}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = subprocess.run([tool("promtool"), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
 def test_alertmanager_example_is_valid():
     proc = subprocess.run([tool("amtool"), "check-config", str(ALERTS / "alertmanager.example.yaml")],
                           capture_output=True, text=True, timeout=60)

@@ -28,7 +28,7 @@ from .options import (
 
 def collapsed(x: X) -> tuple[str, str]:
     return (
-        f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} > {x.floor}",
+        f"{x.al5} < {x.collapse}\nand {x.on} {x.d5} >= {x.floor}",
         f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w} (1.0 means no draft '
         f"token is accepted) with real traffic. Decoding still works but runs at non-speculative speed: "
         f"suspect the draft head (quantised conversion, loader) or draft sampling.{cost(x)}",
@@ -95,7 +95,7 @@ def _position(x: X, i: int) -> str:
 
 def _position_drafts(x: X) -> str:
     """The drafts a server's positions are divided by: read with them, in the same group (recording.py)."""
-    return f"({name(c.ALERT_LEVEL, 'position_drafts', f'rate{x.w}')} > {x.floor})"
+    return f"({name(c.ALERT_LEVEL, 'position_drafts', f'rate{x.w}')} >= {x.floor})"
 
 
 def position0_low(x: X) -> tuple[str, str]:
@@ -139,7 +139,7 @@ def below_baseline(x: X) -> tuple[str, str]:
     f = x.t["degraded_fraction"]
     # config.degraded_floor, the formula the sidecar's health judges with: 1 + f * (baseline - 1).
     return (
-        f"{x.al5}\n  < {x.on} {c.degraded_floor(Expr(f), Expr(baseline))}\nand {x.on} {x.d5} > {x.floor}",
+        f"{x.al5}\n  < {x.on} {c.degraded_floor(Expr(f), Expr(baseline))}\nand {x.on} {x.d5} >= {x.floor}",
         f'Mean acceptance length of {x.where} is {{{{ $value | printf "%.3f" }}}} over {x.w}, below '
         f"1 + {f} x (baseline - 1) for its baseline profile "
         f"({baseline}).{cost(x)}",
@@ -156,7 +156,7 @@ def dropped(x: X) -> tuple[str, str]:
     keep = f"(1 - {x.t['drop_fraction']})"
     return (
         f"({x.al5} - 1)\n  < {x.on} {keep} * ({ref} + on({by(x.lv[MODEL_LEVEL])}, {K_LABEL}) group_right() (0 * {k_label}) - 1)\n"
-        f"and {x.on} {x.d5} > {x.floor}\nunless {x.on} ({young(x.o, x.o.range(c.ALERT_DROPPED_SETTLE))})",
+        f"and {x.on} {x.d5} >= {x.floor}\nunless {x.on} ({young(x.o, x.o.range(c.ALERT_DROPPED_SETTLE))})",
         f'The speculative gain (mean acceptance length - 1) of {x.where} is {{{{ $value | printf "%.3f" }}}} '
         f"over {x.w}, more than {x.t['drop_fraction']} below the model's best hour of the last "
         f"{x.o.day_range} at the same k.{cost(x)}",
@@ -187,7 +187,7 @@ def not_drafting(x: X) -> tuple[str, str]:
     g5 = name(L, "generation_tokens", f"rate{x.w}")
     return (
         f"{g5} > {x.t['min_generation_tokens_per_second']}\nunless {x.on} {x.d5} > 0\n"
-        f"and {x.on_model} {name(MODEL_LEVEL, 'drafts', f'max_over_time{DAY}')} > {x.floor}",
+        f"and {x.on_model} {name(MODEL_LEVEL, 'drafts', f'max_over_time{DAY}')} >= {x.floor}",
         f"{x.where} generates {{{{ $value | humanize }}}} tokens/s with no drafts over {x.w}, although it was "
         f"drafting within the last day: speculative decoding is off or silently disabled.",
     )
@@ -275,7 +275,7 @@ def invariant(x: X) -> tuple[str, str]:
 def no_baseline(x: X) -> tuple[str, str]:
     info, unmatched = m.name("model_info"), 'profile_matched_by="none"'
     return (
-        f"max by ({by(x.lv[c.ALERT_LEVEL])}) ({info}{selector_of(x.o, unmatched)})\nand {x.on} {x.d5} > {x.floor}",
+        f"max by ({by(x.lv[c.ALERT_LEVEL])}) ({info}{selector_of(x.o, unmatched)})\nand {x.on} {x.d5} >= {x.floor}",
         f"{x.where} drafts with no baseline profile: none matches its served name, the model vLLM's /v1/models "
         f"names as its root, or an alias. {NO_BASELINE[:1].upper()}{NO_BASELINE[1:]} ({info} shows the root).",
     )
@@ -289,7 +289,7 @@ def wasted(x: X) -> tuple[str, str]:
         for i in range(1, c.MAX_SPECULATIVE_TOKENS)
     ]
     return (
-        "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', f'rate{hw}')} > {x.floor}",
+        "(\n  " + "\n  or ".join(clauses) + f"\n)\nand {x.on} {name(c.ALERT_LEVEL, 'drafts', f'rate{hw}')} >= {x.floor}",
         f"The last draft position (position {POSITION_LABEL}) of {x.where} was accepted in "
         f"{{{{ $value | humanizePercentage }}}} of drafts over {hw}. Each draft still pays for it; consider "
         f"num_speculative_tokens = {POSITION_LABEL}.",
@@ -299,7 +299,7 @@ def wasted(x: X) -> tuple[str, str]:
 def suspicious(x: X) -> tuple[str, str]:
     rate30 = name(c.ALERT_LEVEL, "acceptance_ratio", f"ratio_rate{x.o.trend_window}")
     return (
-        f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.dtr} > {x.floor}",
+        f"{rate30} > {x.t['suspicious_acceptance_ratio']}\nand {x.on} {x.dtr} >= {x.floor}",
         f"Draft acceptance of {x.where} is {{{{ $value | humanizePercentage }}}} over {x.o.trend_window}. Sustained acceptance "
         f"this high goes with repetition loops (draft and target agree on repeating text).",
     )
