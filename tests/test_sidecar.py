@@ -339,6 +339,9 @@ def test_summary_api_carries_the_cost_gauges():
                 "decode_steps_wasted_ratio": None, "healthy_output_tokens_per_second": None,
                 "break_even_mean_acceptance_length": pytest.approx(1.1), "below_break_even": None,
             }
+            # Each model's profile, as report --format json has it (helper-42: the summary had none).
+            assert models[MODEL]["profile"] == {"name": "deepseek-v4-pro-mtp-k2", "mean_acceptance_length": 2.27}
+            assert models["my-model"]["profile"] is None
             # The same figures as the gauges, window by window; null where a gauge is absent.
             m = await scrape(s.session, s.url)
             gauges = ("decode_step_factor_ratio", "decode_steps_wasted_ratio", "healthy_output_tokens_per_second")

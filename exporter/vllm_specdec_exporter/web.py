@@ -26,7 +26,7 @@ from .diagnosis_state import together, window_verdict
 from .formats import accepts_gzip, choose
 from .health import Verdict
 from .landing import ChartKey, landing_page
-from .model import Counters, SeriesKey
+from .model import BaselineProfile, Counters, SeriesKey
 from .parse_pool import close_parse_pool
 from .poller import TargetPoller
 from .server import GuardedSite, Limits, RequestLog, open_file_limit
@@ -213,14 +213,21 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
             window, per_engine, longest_span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
         )
 
+    def profile_of(model: str) -> BaselineProfile | None:
+        return next((mv.profile for v in views for mv in v.models if mv.model_name == model), None)
+
     def cost_of(model: str, stats: Stats) -> dict[str, Any]:
         # The cost gauges' own reference over every window: the profile of the model's view.
-        profile = next((mv.profile for v in views for mv in v.models if mv.model_name == model), None)
+        profile = profile_of(model)
         healthy = None if profile is None else profile.mean_acceptance_length
         k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
         return cost(k, al, drafts, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
 
-    return summarize(engines, span, warnings, verdict, cost_of, gone)
+    out = summarize(engines, span, warnings, verdict, cost_of, gone)
+    for model, entry in out["models"].items():  # as report --format json has it (None: no healthy reference)
+        p = profile_of(model)
+        entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
+    return out
 
 
 async def summary(request: web.Request) -> web.Response:
