@@ -219,9 +219,13 @@ def test_healthy_head_back_resolves_the_page(incident):
         # traffic back they fire again: the healthy head must be what resolves them.
         return inc.receiver.firing(inc.phases[1].rollout, "/page")
 
+    # The healthy head serves before the page is read: the rollout then pauses the load only for the
+    # requests in flight. Waiting for its boot inside the rollout, with no traffic, let the fast page
+    # resolve by itself before the rollout (CI, a 44 s boot): its resolution was never seen after it.
+    phase = inc.phases[2]
+    inc.ready(phase)
     firing_now = wait_for(lambda: paging() if any(r == "sidecar" for _, r in paging()) else None, PAGE_TIMEOUT,
                           "the collapse to be paging again before the healthy head returns", step=0.5)
-    phase = inc.phases[2]
     rollout = inc.roll_out(phase)
 
     def resolved() -> bool:
