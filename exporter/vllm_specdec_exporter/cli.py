@@ -70,9 +70,12 @@ def _diff_interval(text: str) -> float:
 
 
 def _port(text: str) -> int:
-    if not (text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= 65535):
+    from .settings.checks import port_number
+
+    port = port_number(text)
+    if port is None:
         raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a port (1-65535, or 0: any free port)")
-    return int(text)
+    return port
 
 
 def _speed(text: str) -> float:

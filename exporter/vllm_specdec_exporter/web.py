@@ -309,8 +309,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None, web_confi
     current = web_config.current() if web_config else None
     if settings.file_targets_replaced:
         log.warning("config_targets_replaced", by=settings.file_targets_replaced_by, file_targets=settings.file_targets_replaced)
+    methods = sorted({p.method for p in settings.baselines if p.method})
     for name, method in settings.methods_without_profile.items():
-        methods = sorted({p.method for p in settings.baselines if p.method})
         log.warning("method_without_profile", target=name, method=method, profiles_are_for=methods)
     log.info(
         "listening",

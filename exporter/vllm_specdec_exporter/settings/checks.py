@@ -76,7 +76,7 @@ def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
         raise ConfigError(key, f"{shown(value)} is not HOST:PORT or :PORT (e.g. {config.DEFAULT_LISTEN_ADDRESS})")
     host, _, port = value.rpartition(":")
-    if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 <= int(port) <= 65535:
+    if port_number(port) is None:
         raise ConfigError(key, f"{shown(value)}: port must be 1-65535 (or 0: any free port)")
     bracketed = host.startswith("[") and host.endswith("]")
     host = host[1:-1] if bracketed else host
@@ -84,6 +84,11 @@ def parse_listen_address(key: str, value: Any) -> tuple[str, int]:
         # checked here, not at bind: a config error exits 2 before anything is polled or bound
         raise ConfigError(key, f"{shown(value)}: the host is not an IP address ([...] for IPv6) or a host name")
     return host, int(port)
+
+
+def port_number(text: str) -> int | None:
+    """A port as written (0: any free port), or None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= 65535 else None
 
 
 _HOSTNAME = re.compile(

@@ -68,13 +68,13 @@ def _safe_pattern(key: str, text: str) -> str:
     def walk(node: object, inside_repeat: bool) -> None:
         if isinstance(node, _parser.SubPattern):
             for op, av in node.data:
-                low, high, sub = av if op in repeats else (0, 0, None)
-                if op in repeats and low != high and inside_repeat:
-                    raise ConfigError(
-                        key,
-                        f"{shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
-                    )
                 if op in repeats:
+                    low, high, sub = av
+                    if low != high and inside_repeat:
+                        raise ConfigError(
+                            key,
+                            f"{shown(text)}: a repeat inside a repeat can take forever to match; simplify it (e.g. (a+)+ -> a+)",
+                        )
                     count[0] += low != high and high > 1
                     walk(sub, inside_repeat or high > 1)
                 elif op is c.BRANCH and inside_repeat:
