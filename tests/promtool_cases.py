@@ -565,7 +565,7 @@ def shifted(model: str, value: str, k: int) -> dict:
         "A rollout's new servers draft worse than the servers they join or replace, at the same k.",
         f"The speculative gain (mean acceptance length - 1) of the servers of {model} in {NS} that started or "
         f"changed k within the last 1h is {value} over 15m at k={k}: more than 0.15 below the servers they join or "
-        "replace over the same 15m (or their last 15m within the last 1h, same k). What was rolled out drafts worse "
+        "replace over the same 15m (or, once those are gone, their last 15m within the last 1h, same k). What was rolled out drafts worse "
         "on the same traffic.",
     )
 
@@ -578,7 +578,8 @@ def shift_group(v: str) -> dict:
     shift, no rollout), a rollout that lowers k (3 -> 2, a lower AL by design), and, found by
     attacking the first form (which compared a newcomer's whole life with the best hour of up to
     2 h back): a traffic-mix shift on every pod 10 minutes before a healthy rollout, k raised in
-    place beside a settled pod at the new k. Caught: k lowered in place with the head at the new k
+    place beside a settled pod at the new k, and a rollout beside settled pods that are still
+    there but under the reference floor (compared with nothing, not with their hour-old figure). Caught: k lowered in place with the head at the new k
     degraded, and a degraded canary at 5 % of the traffic. In promtool every group runs each
     minute, so a new pod stays a newcomer for 18 minutes and its k must hold for 4 before it is
     compared (production: 54 and 12 of the 15m window, which keeps a new pod's first minutes of
@@ -619,6 +620,15 @@ def shift_group(v: str) -> dict:
     pods("DSV4-Flash-canary", {**{f"canary-peer-{i}": [(DRIFT_HEALTHY, 150)] for i in range(3)},
                                "canary": [("gone", 90), (canary, 60)]},
          {**{f"canary-peer-{i}": "3x150" for i in range(3)}, "canary": "_x90 3x59"})
+    # A rollout at night (stop 51's helper-41): the settled pods' traffic falls under the reference
+    # floor together at 60m (2 x 200 drafts/min, 6.7/s against 10), and shifts to harder at 80m;
+    # the newcomers serve the same traffic at the same gain. The settled pods are still there, so
+    # the newcomers are not compared with the healthy figure they left before the lull.
+    quiet, lull = mix(200, [180, 150, 114.9]), mix(200, [160, 110, 76.8])
+    for i in range(2):
+        pods("DSV4-Flash-lull", {f"lull-old-{i}": [(DRIFT_HEALTHY, 60), (quiet, 20), (lull, 70)],
+                                 f"lull-new-{i}": [("gone", 90), (harder, 60)]},
+             {f"lull-old-{i}": "3x150", f"lull-new-{i}": "_x90 3x59"})
     S, D = "VLLMSpecDecodeAcceptanceShifted", "VLLMSpecDecodeAcceptanceDropped"
     # The new pods' k holds for the shift window's 4 evaluations from 93m; their 15m AL is theirs
     # alone (2.734, the gain 1.734 under 0.85 x 2.2245 = 1.891); held for 10m: firing from 103m.

@@ -231,6 +231,9 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             name(K_LEVEL, f"{who}_mean_acceptance_length", f"ratio_rate{c.ALERT_SHIFT_WINDOW}"),
             f"1 + {per_k(recent('accepted_tokens'), servers)}\n  / ({per_k(recent('drafts'), servers)} {traffic})",
         )
+    # Whether settled servers are still there at all: while they are, under the floor or not, the
+    # newcomers are compared with them or with nothing, never with the figure they left an hour ago.
+    record(slow, name(K_LEVEL, "settled_servers", "count"), f"count by ({by(mlabels)}, {K_LABEL}) ({settled})")
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
