@@ -66,7 +66,7 @@ demo: $(RUNTIME_STAMP)
 ## generation) that start no process and are not marked long. `make test` runs them all and the rest.
 UNIT_TESTS := adapters capacity derive derive_fastpath diagnosis durations \
   formats generators_options golden_metrics health layers metrics_registry parse_fastpath parse_speed parser \
-  properties registry rule_groups rules_text seed_data settings history
+  properties registry restarts rule_groups rules_text seed_data settings history
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check exporter bench

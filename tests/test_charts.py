@@ -15,8 +15,9 @@ from conftest import REPO
 from sidecar_harness import harness, run
 from vllm_specdec_exporter import charts, config
 from vllm_specdec_exporter.charts import Frame
-from vllm_specdec_exporter.history import TREND_POINTS, TargetHistory
+from vllm_specdec_exporter.history import TargetHistory
 from vllm_specdec_exporter.model import Counters
+from vllm_specdec_exporter.trend import TREND_POINTS
 
 # 1 h over 360 px, AL 1 to 3 over 90 px: 10 s a pixel, 1/45 of AL a pixel.
 FRAME = Frame(start=6400.0, end=10000.0, low=1.0, high=3.0)

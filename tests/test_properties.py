@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from vllm_specdec_exporter.adapters import extract
-from vllm_specdec_exporter.derive import delta_engines
 from vllm_specdec_exporter.model import series_name
 from vllm_specdec_exporter.parser import ParseError, parse
+from vllm_specdec_exporter.restarts import delta_engines
 from vllm_specdec_exporter.summary import summarize
 
 FAMS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",

@@ -25,11 +25,12 @@ from aiohttp import web
 from conftest import FIXTURES, PAYLOADS, run_cli
 from sidecar_harness import FakeClock, one, start
 from vllm_specdec_exporter.adapters import extract
-from vllm_specdec_exporter.derive import delta, derive, request_acceptance, sum_counters
+from vllm_specdec_exporter.derive import derive, request_acceptance, sum_counters
 from vllm_specdec_exporter.history import TargetHistory
 from vllm_specdec_exporter.model import RequestHistogram
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.render import render_text
+from vllm_specdec_exporter.restarts import delta
 from vllm_specdec_exporter.settings import build_settings
 from vllm_specdec_exporter.web import POLLERS, create_app
 

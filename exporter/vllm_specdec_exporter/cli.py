@@ -14,12 +14,13 @@ from typing import Any
 
 from . import __version__, config, durations
 from .adapters import PRODUCERS, extract
-from .derive import DOWN_A_LITTLE, delta_engines, sum_counters
+from .derive import sum_counters
 from .diagnosis import Earlier
 from .health import Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
+from .restarts import DOWN_A_LITTLE, delta_engines
 from .sources import SourceError, credentials, read_source, redact_url, scrub
 from .summary import Judge, cost, summarize
 

@@ -42,19 +42,10 @@ from dataclasses import dataclass, field, replace
 
 from . import config
 from .admission import admit
-from .derive import (
-    CONSISTENT,
-    RESTART,
-    STARTED_AGAIN,
-    align_k,
-    classify,
-    delta,
-    difference,
-    started_elsewhen,
-    sum_counters,
-    within,
-)
+from .derive import sum_counters
 from .model import Counters, RequestHistogram, SeriesKey
+from .restarts import CONSISTENT, RESTART, STARTED_AGAIN, align_k, classify, delta, difference, started_elsewhen
+from .trend import TrendPoint, Trends
 
 GREW_PAST = "grew past"  # a pending poll: a later start time with the counters gone on, not yet kept
 MOVING_START = "a later start time (_created) at each poll, the counters going on: no restart (stamped at each scrape?)"
@@ -78,33 +69,6 @@ class Observation:
     inconsistent: tuple[tuple[SeriesKey, str], ...] = ()
     # A side series (generation tokens, the histogram) skipped while the counters were counted.
     skipped: tuple[tuple[SeriesKey, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TrendPoint:
-    """One step of a model's trend (the landing page's chart): what its engines did between
-    two successive samples of the longest window's ring (window / WINDOW_RESOLUTION apart)."""
-
-    t: float  # monotonic seconds: the end of the step
-    drafts: float
-    accepted: float
-    per_position: tuple[float, ...]  # drafts with at least i+1 tokens accepted, summed over engines
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """None without drafts, or out of its range 1..k+1 (counters that break vLLM's invariants)."""
-        return None if self.drafts <= 0 else within(1.0 + self.accepted / self.drafts, 1.0, len(self.per_position) + 1.0)
-
-    @property
-    def position_acceptance(self) -> tuple[float, ...]:
-        """Per position, the share of drafts with at least position+1 tokens accepted (none without drafts,
-        nor where one leaves 0..1: a step of counters that break vLLM's invariants draws nothing)."""
-        shares = () if self.drafts <= 0 else tuple(n / self.drafts for n in self.per_position)
-        return shares if all(within(x, 0.0, 1.0) is not None for x in shares) else ()
-
-
-# A model's trend holds at most this many points: one per step of the longest window's ring.
-TREND_POINTS = config.WINDOW_RESOLUTION + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,12 +194,9 @@ class TargetHistory:
         self._engines: dict[SeriesKey, _Engine] = {}
         self._forget_after = forget_after  # an engine unseen this long is dropped
         self.latest: HistorySample | None = None
-        # Per model, one TrendPoint per step of the longest window's ring, over that window:
-        # at most TREND_POINTS each, a new tuple only when a step ends (the views share it).
+        # Per model, one point per step of the longest window's ring, over that window.
         self.trend_window = max(self._windows, key=lambda w: w[1]) if self._windows else ("", 0.0)
-        self._trends: dict[str, tuple[TrendPoint, ...]] = {}
-        # The step not yet folded in (trends() folds it: in the poller's views thread, not on the loop).
-        self._step: tuple[HistorySample, HistorySample, float] | None = None
+        self._trends = Trends(self.trend_window[1])
 
     def held(self) -> int:
         return len(self._engines)
@@ -355,9 +316,7 @@ class TargetHistory:
             ring = self._rings[label]
             if not ring or t - ring[-1].t >= seconds / config.WINDOW_RESOLUTION:
                 if label == self.trend_window[0] and ring:
-                    if self._step is not None:  # two steps with no trends() read between: fold the first
-                        self._extend_trends(*self._step)
-                    self._step = (ring[-1], sample, seconds)
+                    self._trends.step(ring[-1].totals, sample.totals, t)
                 ring.append(sample)
             # Keep exactly one sample at or before the window's start.
             while len(ring) >= 2 and ring[1].t <= t - seconds:
@@ -388,7 +347,7 @@ class TargetHistory:
         increments[key] = sum_counters([increments[key], inc]) if key in increments and increments[key].k == inc.k else inc
         # k only changes across a restart (or from a lazy producer's empty k=0); a
         # new running total makes the window difference treat it as one
-        # (derive.delta: classify reads a changed k as no interval).
+        # (restarts.delta: classify reads a changed k as no interval).
         total = align_k(e.total, inc)
         if total.k != inc.k:
             TargetHistory._new_total(e, inc.k)
@@ -412,36 +371,10 @@ class TargetHistory:
             if (why := side.step(*read(now), restarted, restarting)) is not None:
                 skipped.append((key, f"{name}: {why}"))
 
-    def _extend_trends(self, before: HistorySample, after: HistorySample, seconds: float) -> None:
-        """One point per model for the step from ``before`` to ``after`` (per engine as a window
-        reads it, summed), and the points older than the window dropped."""
-        sums: dict[str, tuple[float, float, list[float]]] = {}
-        for key, now in after.totals.items():
-            c = delta(before.totals.get(key), now)[0]
-            drafts, accepted, per = sums.get(key[0], (0.0, 0.0, []))
-            per.extend([0.0] * (c.k - len(per)))
-            for i, v in enumerate(c.per_position):
-                per[i] += v
-            sums[key[0]] = (drafts + c.drafts, accepted + c.accepted, per)
-        oldest = after.t - seconds
-        trends: dict[str, tuple[TrendPoint, ...]] = {}
-        for model in {*self._trends, *sums}:
-            kept = tuple(p for p in self._trends.get(model, ()) if p.t > oldest)
-            drafts, accepted, per = sums.get(model, (0.0, 0.0, []))
-            if drafts > 0:  # a step without drafts has nothing to draw: a gap (and a model gone ages out)
-                kept = (*kept, TrendPoint(after.t, drafts, accepted, tuple(per)))[-TREND_POINTS:]
-            if kept:
-                trends[model] = kept
-        self._trends = trends
-
     def trends(self) -> dict[str, tuple[TrendPoint, ...]]:
-        """Each model's trend over the longest window (oldest first; a step without drafts has
-        no point); a model that drafted nothing in it has none. Folds in the last step (one
-        delta per engine: 32 ms at 4,096 engines, k=8), so the poller reads it in its thread."""
-        if self._step is not None:
-            self._extend_trends(*self._step)
-            self._step = None
-        return dict(self._trends)
+        """Each model's trend over the longest window (``Trends.read``: read it in the poller's
+        views thread, not on the loop)."""
+        return self._trends.read()
 
     def window(self, label: str) -> WindowDelta | None:
         """Counters accrued over the window (or since the first poll, if shorter)."""

@@ -14,9 +14,9 @@ from . import __version__, config, durations
 from .charts import POSITIONS, Frame, acceptance_length_chart, position_chart
 from .diagnosis import describe
 from .health import NO_BASELINE
-from .history import TrendPoint
 from .render import bar
 from .settings import Settings
+from .trend import TrendPoint
 from .views import ModelView, ModelWindow, TargetView
 
 ChartKey = tuple[tuple[TrendPoint, ...], float, float | None, int, int]  # (trend, end, healthy AL, k, min_drafts)

@@ -15,9 +15,10 @@ from .derive import Stats, derive, invariant_violations, ratio, sum_counters, wi
 from .diagnosis import Hint
 from .diagnosis_state import Seen, window_verdict
 from .health import Verdict, find_profile
-from .history import TargetHistory, TrendPoint, WindowDelta
+from .history import TargetHistory, WindowDelta
 from .model import BaselineProfile, Counters, SeriesKey, engine_order, series_name
 from .settings import Settings, Target
+from .trend import TrendPoint
 
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
