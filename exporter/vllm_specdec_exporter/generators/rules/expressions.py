@@ -165,23 +165,20 @@ def dropped(x: X) -> tuple[str, str]:
 
 def shifted(x: X) -> tuple[str, str]:
     # Gated on a rollout, not on a threshold beyond workload: the newcomers against the settled
-    # servers they join over the same window at the same time, or, once those are gone (not merely
-    # under the traffic floor: then an hour-old figure is other traffic), the last figure they left
-    # within the hour, at the same k. Same traffic, same time: a drift within the workload's spread
-    # (the gain 22 % lower) is then a fault of what was rolled out.
+    # servers they join over the same window at the same time, or, once those no longer serve (gone,
+    # or idle as a blue/green's old pods), the last figure they left within the hour, at the same k. Same traffic, same time: a drift within the
+    # workload's spread (the gain 22 % lower) is then a fault of what was rolled out.
     hw, sw = x.o.hourly_window, c.ALERT_SHIFT_WINDOW
     settled = name(K_LEVEL, "settled_mean_acceptance_length", f"ratio_rate{sw}")
-    present = name(K_LEVEL, "settled_servers", "count")
-    last = f"last_over_time({settled}[{x.o.range(hw)}]) unless on({by(x.lv[MODEL_LEVEL])}, {K_LABEL}) {present}"
     new = name(K_LEVEL, "newcomers_mean_acceptance_length", f"ratio_rate{sw}")
     ns = f"$labels.{x.o.namespace_label}"
     at = f"{label(c.LABEL_MODEL)}{{{{ if {ns} }}}} in {label(x.o.namespace_label)}{{{{ end }}}}"
     return (
-        f"({new} - 1)\n  < (1 - {x.t['shift_fraction']}) * (({settled} or ({last})) - 1)",
+        f"({new} - 1)\n  < (1 - {x.t['shift_fraction']}) * (({settled} or last_over_time({settled}[{x.o.range(hw)}])) - 1)",
         f"The speculative gain (mean acceptance length - 1) of the servers of {at} that started or changed k "
         f'within the last {hw} is {{{{ $value | printf "%.3f" }}}} over {sw} at k={label(K_LABEL)}: more than '
-        f"{x.t['shift_fraction']} below the servers they join or replace over the same {sw} (or, once those are "
-        f"gone, their last {sw} within the last {hw}, same k). What was rolled out drafts worse on the same traffic.",
+        f"{x.t['shift_fraction']} below the servers they join or replace over the same {sw} (or, once those "
+        f"no longer serve, their last {sw} within the last {hw}, same k). What was rolled out drafts worse on the same traffic.",
     )
 
 

@@ -215,7 +215,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # A rollout's newcomers (AcceptanceShifted): the servers the reference leaves out, once their k
     # has held for the whole shift window (no warm-up, no blend of two k), against the settled
     # servers over the same window at the same time, per k. Each a mean of 5m rates, as the longer
-    # windows are.
+    # windows are, at the traffic floor that judges (min_drafts_per_second), not the reference's:
+    # settled servers that still serve under the reference floor are the same traffic at the same
+    # time, where their figure of before the lull, up to an hour old, is other traffic (helper-41:
+    # a workload shift at night warned while both read the same).
     sw = o.range(c.ALERT_SHIFT_WINDOW)
 
     def recent(metric: str) -> str:
@@ -223,7 +226,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
 
     newcomers = f"{k_label} and on({by(labels)}) ({young(o, rng)}) unless on({by(labels)}) ({young(o, sw)})"
     for who, servers, traffic in (
-        ("settled", settled, f">= {floor}"),
+        ("settled", settled, f">= {o.thresholds['min_drafts_per_second']}"),
         ("newcomers", newcomers, f"> {o.thresholds['min_drafts_per_second']}"),
     ):
         record(
@@ -231,9 +234,6 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             name(K_LEVEL, f"{who}_mean_acceptance_length", f"ratio_rate{c.ALERT_SHIFT_WINDOW}"),
             f"1 + {per_k(recent('accepted_tokens'), servers)}\n  / ({per_k(recent('drafts'), servers)} {traffic})",
         )
-    # Whether settled servers are still there at all: while they are, under the floor or not, the
-    # newcomers are compared with them or with nothing, never with the figure they left an hour ago.
-    record(slow, name(K_LEVEL, "settled_servers", "count"), f"count by ({by(mlabels)}, {K_LABEL}) ({settled})")
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
