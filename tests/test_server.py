@@ -786,6 +786,35 @@ def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first)
     assert asyncio.run(main())[1] == [b"<EOF>"]  # cut before its answers
 
 
+@pytest.mark.parametrize("body", [b"Content-Length: 100\r\n", b"Transfer-Encoding: chunked\r\n", b"content-length:7\r\n"],
+                         ids=["length", "chunked", "lower-case"])
+def test_a_request_whose_body_never_comes_is_closed_before_a_probe(body):
+    """At the cap (2 here): a probe on its first request, then a request announcing a body that
+    never comes (every route here is GET: no client of this server sends one), both answers slow.
+    One more connection closes the one with the body, not the probe: ranked with first requests,
+    the probe was the quieter and was closed (stop 51's note: still open)."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        return web.Response(text="ok\n")
+
+    async def main() -> tuple[bytes, list[bytes]]:
+        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2), slow=slow)
+        try:
+            probe = socket.create_connection(("127.0.0.1", site.bound_port))
+            probe.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await asyncio.sleep(0.05)
+            bodied = socket.create_connection(("127.0.0.1", site.bound_port))
+            bodied.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + body + b"\r\n")
+            await asyncio.sleep(0.05)
+            third = socket.create_connection(("127.0.0.1", site.bound_port))
+            return await _answer_beside(_plain_answer(probe), [bodied], probe, third, within=1.5)
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main())[1] == [b"<EOF>"]  # cut before its answer
+
+
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
     """At the cap (2 here), a connection whose handler waits for its next request while its last
     answer still sits in the transport's buffer (a slow reader) is not idle: the keep-alive

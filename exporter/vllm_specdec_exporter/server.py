@@ -11,7 +11,8 @@ and aiohttp's handler that
   the wait for every later request;
 - counts connections against a cap kept below the open-file limit, so accept() never
   runs out of descriptors; at the cap one is closed, in this order (``_Watch.eviction_order``):
-  one that sent part of its first headers (slowloris), one idle between requests with
+  one that sent part of its first headers (slowloris) or announced a body (no route takes
+  one: a body that never comes held the connection), one idle between requests with
   its answer sent, one on a later request of a keep-alive client (pipelined too), the
   oldest silent for SILENT_SECONDS (no byte read or waiting: ``Pool.evict``) or whose last
   bytes its TLS handshake could not answer (a ClientHello stalled half-way), then the
@@ -114,6 +115,7 @@ class _Watch(asyncio.Protocol):
         self.handler: asyncio.Protocol | None = None
         self.waiting = True  # for the first request's headers
         self.reused = False  # sent more after its first request (keep-alive, pipelined)
+        self.bodied = False  # its first request announced a body: no route here takes one
         self.heard = False  # any byte read from the peer (a TLS handshake's too)
         self.answered_at: float | None = None  # the server's last write to the socket (under TLS: a handshake flight)
         self._head = b""
@@ -139,7 +141,7 @@ class _Watch(asyncio.Protocol):
         Pool.evict asks the kernel), so a young one goes with the rest, quietest first. Unanswered
         TLS bytes rank with silence, oldest first: a real hello split over two segments (a
         post-quantum key share makes it ~1.5 KB) is the youngest of them while its rest comes."""
-        if self.waiting and (self._head or self.connected):  # part of its first headers, held or handed on
+        if (self.waiting and (self._head or self.connected)) or self.bodied:  # part of its first headers, or a body
             return 0, self.opened_at
         if self.idle:
             return 1, self.active
@@ -222,6 +224,7 @@ class _Watch(asyncio.Protocol):
             self.handler = server()
             self.handler.connection_made(self.transport)
             head, self._head = self._head, b""
+            self.bodied = end is not None and _announces_body(head[:end])
             self.handler.data_received(head)
             # aiohttp queues a request in the call that reads its end: one over 16 KiB may still be coming
             if end is not None or getattr(self.handler, "_messages", None):
@@ -260,6 +263,17 @@ def _headers_end(head: bytes) -> int | None:
     for the end, they let a slowloris out of the header timeout."""
     start = len(head) - len(head.lstrip(b"\r\n"))
     return min((i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := head.find(sep, start)) >= 0), default=None)
+
+
+def _announces_body(head: bytes) -> bool:
+    """Whether a request's headers announce a body (a Content-Length other than 0, or a
+    Transfer-Encoding): every route here is GET, so such a client waits on nothing of ours."""
+    for line in head.split(b"\n")[1:]:
+        name, colon, value = line.partition(b":")
+        name = name.strip().lower()
+        if colon and (name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b""))):
+            return True
+    return False
 
 
 def _san_allowed(transport: asyncio.BaseTransport, allowed: frozenset[str]) -> bool:
