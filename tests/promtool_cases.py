@@ -565,7 +565,7 @@ def shifted(model: str, value: str, k: int) -> dict:
         "A rollout's new servers draft worse than the servers they join or replace, at the same k.",
         f"The speculative gain (mean acceptance length - 1) of the servers of {model} in {NS} that started or "
         f"changed k within the last 1h is {value} over 15m at k={k}: more than 0.15 below the servers they join or "
-        "replace over the same 15m (or, once those no longer serve, their last 15m within the last 1h, same k). What was rolled out drafts worse "
+        "replace over the same 15m (or, once those no longer serve beside them, their last 15m at production traffic within the last 1h, same k). What was rolled out drafts worse "
         "on the same traffic.",
     )
 
@@ -581,8 +581,9 @@ def shift_group(v: str) -> dict:
     place beside a settled pod at the new k, and a rollout beside settled pods that still serve,
     under the reference floor (compared with nothing, not with their hour-old figure). Caught: k
     lowered in place with the head at the new k degraded, a degraded canary at 5 % of the traffic,
-    and a degraded blue/green switch (the old pods left idle: no longer serving, their last figure
-    is the reference). In promtool every group runs each
+    and a degraded blue/green switch (the old pods left idle or with a trickle of health checks
+    that draft otherwise: not serving beside the new ones, their last figure at production traffic
+    is the reference; helper-43), quiet when the switch is healthy. In promtool every group runs each
     minute, so a new pod stays a newcomer for 18 minutes and its k must hold for 4 before it is
     compared (production: 54 and 12 of the 15m window, which keeps a new pod's first minutes of
     warm-up requests out; promtool's 4 cannot show that). A k change keeps a server a newcomer
@@ -636,6 +637,14 @@ def shift_group(v: str) -> dict:
         pods("DSV4-Flash-bluegreen", {f"blue-{i}": [(DRIFT_HEALTHY, 90), (mix(0, [0, 0, 0]), 60)],
                                       f"green-{i}": [("gone", 90), (DRIFT_BROKEN, 60)]},
              {f"blue-{i}": "3x150", f"green-{i}": "_x90 3x59"})
+    # ... or left with health checks (45 drafts/min a pod, 1.5/s against the new pods' 33), which
+    # draft otherwise: the gain 1.0 (the degraded switch must still warn) or 2.9 (a healthy one must not).
+    low, high = mix(45, [30, 10, 5]), mix(45, [44.5, 43.5, 42.5])
+    for model, trickle, after in (("DSV4-Flash-trickle", low, DRIFT_BROKEN), ("DSV4-Flash-trickle-ok", high, DRIFT_HEALTHY)):
+        for i in range(2):
+            pods(model, {f"{model}-blue-{i}": [(DRIFT_HEALTHY, 90), (trickle, 60)],
+                         f"{model}-green-{i}": [("gone", 90), (after, 60)]},
+                 {f"{model}-blue-{i}": "3x150", f"{model}-green-{i}": "_x90 3x59"})
     S, D = "VLLMSpecDecodeAcceptanceShifted", "VLLMSpecDecodeAcceptanceDropped"
     # The new pods' k holds for the shift window's 4 evaluations from 93m; their 15m AL is theirs
     # alone (2.734, the gain 1.734 under 0.85 x 2.2245 = 1.891); held for 10m: firing from 103m.
@@ -644,14 +653,14 @@ def shift_group(v: str) -> dict:
     # ~66m where vLLM-direct counts positions, the third going stale): 1.18 under 0.85 x 1.65 =
     # 1.4025 once k has not changed over the 15m window, firing from ~86m / ~93m until ~121m / ~126m.
     up, canary_alert = shifted("DSV4-Flash-upgrade", "1.734", 3), shifted("DSV4-Flash-canary", "1.734", 3)
-    green = shifted("DSV4-Flash-bluegreen", "1.734", 3)
+    green, trickle = shifted("DSV4-Flash-bluegreen", "1.734", 3), shifted("DSV4-Flash-trickle", "1.734", 3)
     lowered = shifted("DSV4-Flash-lowered", "1.180", 2)
     return group(
         "a rollout that drifts within the workload's spread: the newcomers against their predecessors",
         s,
         [check("60m", S, []), check("70m", S, [])]
         + [check(f"{t}m", S, [lowered]) for t in (95, 101)]
-        + [check("105m", S, [up, canary_alert, green, lowered]), check("115m", S, [lowered])]
+        + [check("105m", S, [up, canary_alert, green, trickle, lowered]), check("115m", S, [lowered])]
         + [check(f"{t}m", S, []) for t in (130, 140)]
         + [check(f"{t}m", D, []) for t in range(90, 150, 5)],
     )

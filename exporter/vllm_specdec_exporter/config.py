@@ -385,6 +385,12 @@ ALERT_DROPPED_SETTLE = "10m"
 # at k=3: the gain 22 % lower) reads 1.5x over it; three times the healthy spread under it.
 ALERT_SHIFT_FRACTION = 0.15
 ALERT_SHIFT_WINDOW = "15m"
+# The settled servers are "the same traffic at the same time" while they serve at least this share
+# of the newcomers' drafts: the last old pod of ten in a rolling update still counts (1/9), and so
+# do settled pods serving under the reference floor at night; a blue/green's old pods left with
+# health checks (1.5 drafts/s against 33: helper-43) do not, and the newcomers are then compared
+# with the settled figure they left at the reference floor within the hour.
+ALERT_SHIFT_SETTLED_MIN_SHARE = 0.1
 ALERT_SHIFTED_FOR = "10m"
 # A server is settled over a range (the reference's full hour, the shift window's newcomers) once
 # its k was recorded at this share of the long group's evaluations over it: a pod down for more

@@ -136,8 +136,8 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
     "AcceptanceShifted": (
         "the AL - 1 over 15m of a model's newcomers (servers that came or changed k within {hourly_window}: a rollout, "
         "a restart; once k has held for the 15m) more than `shift_fraction` ({shift_percent}) below the settled servers' "
-        "over the same 15m (once they no longer serve, their last within {hourly_window}), same namespace, model and k, "
-        "with traffic (both at `min_drafts_per_second`)",
+        "over the same 15m (once they no longer serve beside them, their last at `reference_min_drafts_per_second` within "
+        "{hourly_window}), same namespace, model and k, with traffic (both at `min_drafts_per_second`)",
         "a drift within the workload's spread that came with a rollout (every position 74.15 % -> 57.80 % at k=3: "
         "the gain 22 % lower, under AcceptanceDropped's {drop_percent}); a degraded canary at 5 % of the traffic; a "
         "head degraded at a new k set in place; while the newcomers are new (an hour)",

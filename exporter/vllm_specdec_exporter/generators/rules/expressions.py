@@ -18,6 +18,7 @@ from .options import (
     K_SERVER,
     MODEL_LEVEL,
     SIDECAR,
+    base_window,
     by,
     minus,
     name,
@@ -165,20 +166,30 @@ def dropped(x: X) -> tuple[str, str]:
 
 def shifted(x: X) -> tuple[str, str]:
     # Gated on a rollout, not on a threshold beyond workload: the newcomers against the settled
-    # servers they join over the same window at the same time, or, once those no longer serve (gone,
-    # or idle as a blue/green's old pods), the last figure they left within the hour, at the same k. Same traffic, same time: a drift within the
+    # servers they join over the same window at the same time, while those serve beside them
+    # (config.ALERT_SHIFT_SETTLED_MIN_SHARE of the newcomers' drafts: at night under the reference
+    # floor too, where their figure of before the lull is other traffic: helper-41); else (gone,
+    # idle, or left with a blue/green's health checks: helper-43) the last figure they left at the
+    # reference floor within the hour, at the same k. Same traffic, same time: a drift within the
     # workload's spread (the gain 22 % lower) is then a fault of what was rolled out.
     hw, sw = x.o.hourly_window, c.ALERT_SHIFT_WINDOW
+    on = f"on({by(x.lv[MODEL_LEVEL])}, {K_LABEL})"
     settled = name(K_LEVEL, "settled_mean_acceptance_length", f"ratio_rate{sw}")
+    now = base_window(x.o)
+    beside = (
+        f"{name(K_LEVEL, 'settled_drafts', f'rate{now}')}\n"
+        f"    >= {on} {c.ALERT_SHIFT_SETTLED_MIN_SHARE} * {name(K_LEVEL, 'newcomers_drafts', f'rate{now}')}"
+    )
+    last = f"last_over_time({name(K_LEVEL, 'settled_reference_mean_acceptance_length', f'ratio_rate{sw}')}[{x.o.range(hw)}])"
     new = name(K_LEVEL, "newcomers_mean_acceptance_length", f"ratio_rate{sw}")
     ns = f"$labels.{x.o.namespace_label}"
     at = f"{label(c.LABEL_MODEL)}{{{{ if {ns} }}}} in {label(x.o.namespace_label)}{{{{ end }}}}"
     return (
-        f"({new} - 1)\n  < (1 - {x.t['shift_fraction']}) * (({settled} or last_over_time({settled}[{x.o.range(hw)}])) - 1)",
+        f"({new} - 1)\n  < (1 - {x.t['shift_fraction']}) * (({settled} and {on} ({beside}) or {last}) - 1)",
         f"The speculative gain (mean acceptance length - 1) of the servers of {at} that started or changed k "
         f'within the last {hw} is {{{{ $value | printf "%.3f" }}}} over {sw} at k={label(K_LABEL)}: more than '
         f"{x.t['shift_fraction']} below the servers they join or replace over the same {sw} (or, once those "
-        f"no longer serve, their last {sw} within the last {hw}, same k). What was rolled out drafts worse on the same traffic.",
+        f"no longer serve beside them, their last {sw} at production traffic within the last {hw}, same k). What was rolled out drafts worse on the same traffic.",
     )
 
 

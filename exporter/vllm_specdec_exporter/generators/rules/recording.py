@@ -215,25 +215,33 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # A rollout's newcomers (AcceptanceShifted): the servers the reference leaves out, once their k
     # has held for the whole shift window (no warm-up, no blend of two k), against the settled
     # servers over the same window at the same time, per k. Each a mean of 5m rates, as the longer
-    # windows are, at the traffic floor that judges (min_drafts_per_second), not the reference's:
-    # settled servers that still serve under the reference floor are the same traffic at the same
-    # time, where their figure of before the lull, up to an hour old, is other traffic (helper-41:
-    # a workload shift at night warned while both read the same).
+    # windows are, at the traffic floor that judges, with their drafts (over the window, and now:
+    # the alert weighs the two sides' traffic). And the settled figure at the reference floor, which the newcomers meet
+    # once the settled servers no longer serve alongside them.
     sw = o.range(c.ALERT_SHIFT_WINDOW)
 
     def recent(metric: str) -> str:
         return f"avg_over_time({name(level, metric, f'rate{base}')}[{minus(sw, o.range(base))}])"
 
     newcomers = f"{k_label} and on({by(labels)}) ({young(o, rng)}) unless on({by(labels)}) ({young(o, sw)})"
-    for who, servers, traffic in (
-        ("settled", settled, f">= {o.thresholds['min_drafts_per_second']}"),
-        ("newcomers", newcomers, f"> {o.thresholds['min_drafts_per_second']}"),
-    ):
+    shift = c.ALERT_SHIFT_WINDOW
+    for who, servers in (("settled", settled), ("newcomers", newcomers)):
+        drafts_at_k = name(K_LEVEL, f"{who}_drafts", f"rate{shift}")
+        record(slow, drafts_at_k, per_k(recent("drafts"), servers))
+        # Now (over the shortest window): whether the settled servers still serve beside the
+        # newcomers follows a blue/green switch within minutes, not the shift window's mean.
+        record(slow, name(K_LEVEL, f"{who}_drafts", f"rate{base}"), per_k(name(level, "drafts", f"rate{base}"), servers))
         record(
             slow,
-            name(K_LEVEL, f"{who}_mean_acceptance_length", f"ratio_rate{c.ALERT_SHIFT_WINDOW}"),
-            f"1 + {per_k(recent('accepted_tokens'), servers)}\n  / ({per_k(recent('drafts'), servers)} {traffic})",
+            name(K_LEVEL, f"{who}_mean_acceptance_length", f"ratio_rate{shift}"),
+            f"1 + {per_k(recent('accepted_tokens'), servers)}\n  / ({drafts_at_k} >= {o.thresholds['min_drafts_per_second']})",
         )
+    record(
+        slow,
+        name(K_LEVEL, "settled_reference_mean_acceptance_length", f"ratio_rate{shift}"),
+        f"{name(K_LEVEL, 'settled_mean_acceptance_length', f'ratio_rate{shift}')}\n"
+        f"  and on({by(mlabels)}, {K_LABEL}) {name(K_LEVEL, 'settled_drafts', f'rate{shift}')} >= {floor}",
+    )
     record(slow, name(K_LEVEL, "mean_acceptance_length", f"max_over_time{DAY}"), f"max_over_time({at_k}[{o.day_range}])")
     # Whether the model was drafting (NotDrafting), its position 0 healthy (FirstPositionAcceptanceLow)
     # and its chain past position 0 healthy (DraftChainBroken) within the day: position 0 and the
