@@ -757,13 +757,10 @@ def test_a_request_not_read_yet_is_not_taken_for_a_silent_socket():
     assert asyncio.run(main())[1] == [b"<EOF>"]
 
 
-@pytest.mark.parametrize("first", [b"", b"Connection: Upgrade\r\nUpgrade: websocket\r\n"], ids=["plain", "upgrade"])
-def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first):
-    """At the cap (2 here): a probe on its first request, then a connection that pipelined a
-    second request behind its first in its first bytes (an Upgrade aiohttp declines too: its
-    parser stops at an upgrade and left the rest unparsed, so it was not counted), both answers
-    slow. One more connection closes the pipelining one, not the probe: ranked with first
-    requests, the probe was the quieter and was closed."""
+def _cut_beside_a_probe(second: bytes) -> list[bytes]:
+    """At the cap (2 here): a probe on its first request, then a connection that sends
+    ``second``, both answers slow (0.5 s); then one more connection. What the second one
+    receives (the probe must be answered)."""
 
     async def slow(request: web.Request) -> web.Response:
         await asyncio.sleep(0.5)
@@ -775,44 +772,34 @@ def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first)
             probe = socket.create_connection(("127.0.0.1", site.bound_port))
             probe.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             await asyncio.sleep(0.05)
-            pipelining = socket.create_connection(("127.0.0.1", site.bound_port))
-            pipelining.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + first + b"\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            other = socket.create_connection(("127.0.0.1", site.bound_port))
+            other.sendall(second)
             await asyncio.sleep(0.05)
             third = socket.create_connection(("127.0.0.1", site.bound_port))
-            return await _answer_beside(_plain_answer(probe), [pipelining], probe, third, within=1.5)
+            return await _answer_beside(_plain_answer(probe), [other], probe, third, within=1.5)
         finally:
             await runner.cleanup()
 
-    assert asyncio.run(main())[1] == [b"<EOF>"]  # cut before its answers
+    return asyncio.run(main())[1]
+
+
+@pytest.mark.parametrize("first", [b"", b"Connection: Upgrade\r\nUpgrade: websocket\r\n"], ids=["plain", "upgrade"])
+def test_requests_pipelined_behind_a_first_one_mark_the_connection_reused(first):
+    """A connection that pipelined a second request behind its first in its first bytes (an
+    Upgrade aiohttp declines too: its parser stops at an upgrade and left the rest unparsed, so
+    it was not counted) is closed at the cap, not the probe beside it: ranked with first
+    requests, the probe was the quieter and was closed."""
+    pipelining = b"GET /slow HTTP/1.1\r\nHost: x\r\n" + first + b"\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert _cut_beside_a_probe(pipelining) == [b"<EOF>"]  # cut before its answers
 
 
 @pytest.mark.parametrize("body", [b"Content-Length: 100\r\n", b"Transfer-Encoding: chunked\r\n", b"content-length:7\r\n"],
                          ids=["length", "chunked", "lower-case"])
 def test_a_request_whose_body_never_comes_is_closed_before_a_probe(body):
-    """At the cap (2 here): a probe on its first request, then a request announcing a body that
-    never comes (every route here is GET: no client of this server sends one), both answers slow.
-    One more connection closes the one with the body, not the probe: ranked with first requests,
+    """A request announcing a body that never comes (every route here is GET: no client of this
+    server sends one) is closed at the cap, not the probe beside it: ranked with first requests,
     the probe was the quieter and was closed (stop 51's note: still open)."""
-
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(0.5)
-        return web.Response(text="ok\n")
-
-    async def main() -> tuple[bytes, list[bytes]]:
-        runner, site = await _guarded_site(server.Limits(header_timeout=30, max_connections=2), slow=slow)
-        try:
-            probe = socket.create_connection(("127.0.0.1", site.bound_port))
-            probe.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            await asyncio.sleep(0.05)
-            bodied = socket.create_connection(("127.0.0.1", site.bound_port))
-            bodied.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + body + b"\r\n")
-            await asyncio.sleep(0.05)
-            third = socket.create_connection(("127.0.0.1", site.bound_port))
-            return await _answer_beside(_plain_answer(probe), [bodied], probe, third, within=1.5)
-        finally:
-            await runner.cleanup()
-
-    assert asyncio.run(main())[1] == [b"<EOF>"]  # cut before its answer
+    assert _cut_beside_a_probe(b"GET /slow HTTP/1.1\r\nHost: x\r\n" + body + b"\r\n") == [b"<EOF>"]  # cut before its answer
 
 
 def test_a_slow_readers_answer_is_not_cut_for_an_idle_keep_alive_connection():
