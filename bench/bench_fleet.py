@@ -431,7 +431,11 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
                 values = {p: v / r["drafts"] for p, v in positions[key].items()}
             elif op.startswith("rate") and metric in r:
                 values = {None: r[metric]}
-            elif op.startswith("ratio_rate") and metric in ("mean_acceptance_length", "settled_mean_acceptance_length"):
+            elif op.startswith("ratio_rate") and metric in (
+                "mean_acceptance_length",
+                "settled_mean_acceptance_length",
+                "settled_reference_mean_acceptance_length",
+            ):
                 # (every simulated pod has served for the whole history: all settled, none a newcomer)
                 values = {None: 1 + r["accepted_tokens"] / r["drafts"]}
             elif op.startswith("ratio_rate") and metric == "acceptance_ratio":
