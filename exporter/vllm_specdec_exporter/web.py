@@ -196,6 +196,12 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         warnings.append(f"the targets' {window} windows span different times ({shown}): no per-second figures")
         span = None
 
+    # Each model's profile: the one its first view shows (the verdict's, the cost's and the entry's).
+    profiles: dict[str, BaselineProfile | None] = {}
+    for v in views:
+        for mv in v.models:
+            profiles.setdefault(mv.model_name, mv.profile)
+
     def verdict(model: str, per_engine: Mapping[str, Counters]) -> Verdict:
         # The health window of one target: the very verdict /metrics and the landing page show.
         served = [(v.name, mv) for v in views for mv in v.models if mv.model_name == model]
@@ -205,7 +211,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         # Any other window, or several targets: judged as the poller judges its health window,
         # with what it saw beside the counters (restarts, k changes, the figures before them,
         # position 0 within the day) and the longest window before it.
-        profile = served[0][1].profile if served else None
+        profile = profiles.get(model)
         last = settings.windows[-1][0]
         longest = [c for _, mv in served if (w := mv.windows.get(last)) is not None for c in w.counters.values()]
         seen = together([(name, mv.seen) for name, mv in served])
@@ -213,19 +219,16 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
             window, per_engine, longest_span, longest, profile, settings.windows, settings.detection, settings.min_drafts, seen
         )
 
-    def profile_of(model: str) -> BaselineProfile | None:
-        return next((mv.profile for v in views for mv in v.models if mv.model_name == model), None)
-
     def cost_of(model: str, stats: Stats) -> dict[str, Any]:
         # The cost gauges' own reference over every window: the profile of the model's view.
-        profile = profile_of(model)
+        profile = profiles.get(model)
         healthy = None if profile is None else profile.mean_acceptance_length
         k, al, drafts = stats.k, stats.mean_acceptance_length, stats.num_drafts
         return cost(k, al, drafts, healthy, settings.detection.draft_step_cost, settings.min_drafts, span)
 
     out = summarize(engines, span, warnings, verdict, cost_of, gone)
     for model, entry in out["models"].items():  # as report --format json has it (None: no healthy reference)
-        p = profile_of(model)
+        p = profiles.get(model)
         entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
     return out
 

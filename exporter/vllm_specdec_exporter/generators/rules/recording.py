@@ -216,8 +216,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # has held for the whole shift window (no warm-up, no blend of two k), against the settled
     # servers over the same window at the same time, per k. Each a mean of 5m rates, as the longer
     # windows are, at the traffic floor that judges, with their drafts (over the window, and now:
-    # the alert weighs the two sides' traffic). And the settled figure at the reference floor, which the newcomers meet
-    # once the settled servers no longer serve alongside them.
+    # the alert weighs the two sides' traffic). And the settled figure at the reference floor,
+    # which the newcomers meet once the settled servers no longer serve alongside them.
     sw = o.range(c.ALERT_SHIFT_WINDOW)
 
     def recent(metric: str) -> str:
