@@ -210,7 +210,15 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
 
     at_k = name(K_LEVEL, "mean_acceptance_length", f"ratio_rate{hw}")
     floor = o.thresholds["reference_min_drafts_per_second"]
-    settled = f"{k_label} unless on({by(labels)}) ({young(o, rng)})"
+    sw = o.range(c.ALERT_SHIFT_WINDOW)
+    # The settled servers (the reference's) and a rollout's newcomers (AcceptanceShifted's): each
+    # set recorded once, its k as a label, and read by every rule below that sums over it. Which
+    # servers are young reads each server's k record over the hour: written into each sum, that
+    # was read eight times an evaluation (docs/scale.md).
+    settled = name(K_SERVER, "settled_num_speculative_tokens", "count_values")
+    record(slow, settled, f"{k_label} unless on({by(labels)}) ({young(o, rng)})")
+    newcomers = name(K_SERVER, "newcomer_num_speculative_tokens", "count_values")
+    record(slow, newcomers, f"{k_label} and on({by(labels)}) ({young(o, rng)}) unless on({by(labels)}) ({young(o, sw)})")
     record(slow, at_k, f"1 + {per_k(hourly('accepted_tokens'), settled)}\n  / ({per_k(hourly('drafts'), settled)} >= {floor})")
     # A rollout's newcomers (AcceptanceShifted): the servers the reference leaves out, once their k
     # has held for the whole shift window (no warm-up, no blend of two k), against the settled
@@ -218,12 +226,10 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     # windows are, at the traffic floor that judges, with their drafts (over the window, and now:
     # the alert weighs the two sides' traffic). And the settled figure at the reference floor,
     # which the newcomers meet once the settled servers no longer serve alongside them.
-    sw = o.range(c.ALERT_SHIFT_WINDOW)
 
     def recent(metric: str) -> str:
         return f"avg_over_time({name(level, metric, f'rate{base}')}[{minus(sw, o.range(base))}])"
 
-    newcomers = f"{k_label} and on({by(labels)}) ({young(o, rng)}) unless on({by(labels)}) ({young(o, sw)})"
     shift = c.ALERT_SHIFT_WINDOW
     for who, servers in (("settled", settled), ("newcomers", newcomers)):
         drafts_at_k = name(K_LEVEL, f"{who}_drafts", f"rate{shift}")
