@@ -201,8 +201,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     rng = o.range(hw)
 
     def per_k(rate: str, servers: str) -> str:
-        """A model's ``rate`` (a per-server series) at each k, summed over ``servers`` (a filter of
-        the k label's series)."""
+        """A model's ``rate`` (a per-server series) at each k, summed over ``servers`` (a recorded set
+        of servers with their k as a label)."""
         return f"sum by ({by(mlabels)}, {K_LABEL}) ({rate} * on({by(labels)}) group_left({K_LABEL}) ({servers}))"
 
     def hourly(metric: str) -> str:
@@ -212,9 +212,8 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     floor = o.thresholds["reference_min_drafts_per_second"]
     sw = o.range(c.ALERT_SHIFT_WINDOW)
     # The settled servers (the reference's) and a rollout's newcomers (AcceptanceShifted's): each
-    # set recorded once, its k as a label, and read by every rule below that sums over it. Which
-    # servers are young reads each server's k record over the hour: written into each sum, that
-    # was read eight times an evaluation (docs/scale.md).
+    # set recorded once, its k as a label, and read by every rule below that sums over it, so that
+    # which servers are young (each server's k over the hour) is worked out once an evaluation.
     settled = name(K_SERVER, "settled_num_speculative_tokens", "count_values")
     record(slow, settled, f"{k_label} unless on({by(labels)}) ({young(o, rng)})")
     newcomers = name(K_SERVER, "newcomer_num_speculative_tokens", "count_values")
