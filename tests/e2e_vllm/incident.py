@@ -151,9 +151,10 @@ class Incident:
             if self._alive() < ALIVE and (before is None or before.started_seconds is not None
                                           or http_get(before.url + "/health", timeout=1)[0] == 200):
                 p = self.phases[self._launched]
-                p.server = VllmServer(self.venv, self.models, self.scratch, self.cache, p.name, free_port(), spec(p.k),
-                                      MTP_FLAGS, target=self.models / p.checkpoint, served_name=MTP_NAME)
-                p.server.launch()
+                server = VllmServer(self.venv, self.models, self.scratch, self.cache, p.name, free_port(), spec(p.k),
+                                    MTP_FLAGS, target=self.models / p.checkpoint, served_name=MTP_NAME)
+                server.launch()  # seen by ready() only once launched (the first launch starts the fork server)
+                p.server = server
                 self._launched += 1
             else:
                 self._closing.wait(0.5)
