@@ -60,6 +60,7 @@ class Phase:
     checkpoint: str  # healthy | collapse | partial
     k: int
     server: VllmServer | None = None
+    switch: float | None = None  # time.time() its rollout began (the load paused)
     rollout: float | None = None  # time.time() of the first request it served
     figures: dict = field(default_factory=dict)
 
@@ -215,6 +216,7 @@ class Incident:
     def roll_out(self, phase: Phase) -> float:
         """The URL moves to ``phase``'s freshly started server; the old one stops. Returns the
         time of the first request the new server gets (the load resumes then)."""
+        phase.switch = time.time()
         self.load.pause() if self.current is not None else None
         self.ready(phase)
         old = self.current
