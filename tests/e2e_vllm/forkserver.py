@@ -7,11 +7,16 @@ Reads one JSON request a line on stdin and answers one JSON line on stdout:
 It exits when stdin closes. Started by driver.VllmServer (driver.forkserver).
 
 Why: a server's boot took about 20 s of CPU, of which about 13 s importing torch,
-transformers and vLLM (warm_venv.MODULES, measured on this machine kind). Forked from
+transformers and vLLM (PRELOAD, measured on this machine kind). Forked from
 here, the checks pay the imports once per run instead of once per server. This process
 imports and nothing else: no thread, no torch thread pool, no engine before a fork, so a
 child starts as a fresh `vllm serve` would, its imports done. vLLM already forks its engine
 core from the API server the same way (setup_env.sh, fix 4).
+
+It also fills vLLM's model-info cache (VLLM_CACHE_ROOT/modelinfos) before its first server:
+otherwise each server inspects each model class in a subprocess (one more torch + vLLM
+import) until the cache holds it, and the first three, booting together, each did. pip
+installs with --no-compile; this process's imports write the byte code the servers read.
 """
 
 from __future__ import annotations
@@ -21,14 +26,46 @@ import json
 import os
 import sys
 import threading
+import time
 
-from warm_venv import MODULES
+sys.dont_write_bytecode = False  # write the byte code the servers read, even under PYTHONDONTWRITEBYTECODE
 
-# What a child would import anyway, but the ngram proposer: numba's llvmlite, imported before the
-# engine starts, holds objects that vLLM's scan of sys.modules for its CPU kernel overrides trips
-# on (AttributeError: '_lib_fn_wrapper' object has no attribute 'get'); an ngram server imports
-# it after that scan, as it does unforked. The rest is ~11 of a boot's ~13 s of imports.
-PRELOAD = tuple(m for m in MODULES if not m.endswith(".ngram_proposer"))
+# What `vllm serve` (the API server, the engine core, the CPU worker and its drafters) imports for
+# the checks' configurations, but the ngram proposer: numba's llvmlite, imported before the engine
+# starts, holds objects that vLLM's scan of sys.modules for its CPU kernel overrides trips on
+# (AttributeError: '_lib_fn_wrapper' object has no attribute 'get'); an ngram server imports it
+# after that scan, as it does unforked. This is ~11 of a boot's ~13 s of imports.
+PRELOAD = (
+    "vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.async_llm", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
+    "vllm.v1.spec_decode.eagle", "vllm.v1.spec_decode.draft_model",
+    "vllm.v1.attention.backends.cpu_attn", "vllm.v1.attention.backends.mla.cpu_mla",
+)
+# The architectures the checks serve: the tiny Llama (target and draft), its EAGLE head, the
+# tiny DeepSeek-V3 and its MTP layer.
+ARCHS = ("LlamaForCausalLM", "EagleLlamaForCausalLM", "DeepseekV3ForCausalLM", "DeepSeekMTPModel")
+
+
+def prime_model_info() -> None:
+    """Inspect the checks' model classes in a forked child, which writes vLLM's model-info cache
+    (a hit when a fork server of the same cache did it before). vLLM inspects in a subprocess
+    only to keep CUDA out of the API server; on CPU the result is the same in the child. A child,
+    so that whatever the inspection starts (threads, torch's pool) never reaches a server's fork."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            from vllm.model_executor.models import registry
+
+            registry._run_in_subprocess = lambda fn: fn()
+            for arch in ARCHS:
+                registry.ModelRegistry.models[arch].inspect_model_cls()
+        except BaseException as e:  # the servers inspect what is missing themselves, only slower
+            print(f"forkserver: model-info priming: {type(e).__name__}: {e}", flush=True)
+            code = 1
+        os._exit(code)
+    os.waitpid(pid, 0)
 
 
 def serve(requests, replies) -> dict:
@@ -65,6 +102,9 @@ def main() -> None:
         except ImportError as e:  # a module this vLLM lacks: a child imports what it needs
             print(f"forkserver: import {name}: {e}", flush=True)
     assert threading.active_count() == 1, f"an import started a thread: {threading.enumerate()}"
+    started = time.monotonic()
+    prime_model_info()
+    print(f"forkserver: model-info cache primed in {time.monotonic() - started:.1f} s", flush=True)
     print(f"forkserver: vLLM imported, pid {os.getpid()}", flush=True)
     replies.write(json.dumps({"ready": os.getpid()}) + "\n")
     replies.flush()
