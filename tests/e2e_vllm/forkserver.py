@@ -96,6 +96,8 @@ def serve(requests, replies) -> dict:
 def main() -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever an import prints goes to stderr, never into the replies
+    import vllm  # noqa: F401  (a broken install fails here: the driver shows this log's tail)
+
     for name in PRELOAD:
         try:
             importlib.import_module(name)
