@@ -283,9 +283,6 @@ DIAG_TOO_GOOD_ACCEPTANCE = 0.98
 DETECTION_KEYS = tuple(k for k in Detection.__dataclass_fields__ if k != "min_drafts")
 
 # --- Health (vllm_specdec_health, a StateSet) ---
-DEFAULT_HEALTH_WINDOW = DETECTION.window
-DEFAULT_COLLAPSE_MARGIN = DETECTION.collapse_margin
-DEFAULT_DEGRADED_FRACTION = DETECTION.degraded_fraction
 # ok: judged and fine against a profile; unknown: nothing wrong on the k-independent
 # signals but no profile to compare against, or counters that break vLLM's invariants.
 HEALTH_STATES = ("ok", "degraded", "collapsed", "idle", "unknown")

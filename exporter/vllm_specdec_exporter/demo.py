@@ -74,7 +74,7 @@ class Timing:
     windows: tuple[str, ...]
     poll_seconds: float
     refresh_seconds: float
-    degraded_fraction: float = config.DEFAULT_DEGRADED_FRACTION
+    degraded_fraction: float = config.DETECTION.degraded_fraction
 
     @property
     def shown(self) -> str:
@@ -292,7 +292,7 @@ def _mark(al: float, verdict: str | None, floor: float | None) -> str:
     so), else degraded (the sidecar's verdict, or under the model's degraded threshold)."""
     if math.isnan(al):
         return ""
-    if verdict == "collapsed" or al - 1 < config.DEFAULT_COLLAPSE_MARGIN:
+    if verdict == "collapsed" or al - 1 < config.DETECTION.collapse_margin:
         return COLLAPSED_MARK
     if verdict == "degraded" or (floor is not None and al < floor):
         return DEGRADED_MARK

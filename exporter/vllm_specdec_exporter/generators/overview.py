@@ -17,7 +17,7 @@ NS, POD, ENG = MODEL_LEVEL, SERVER, f"{SERVER}_engine"
 MODEL = c.LABEL_MODEL
 DIAGNOSIS = m.name("diagnosis_info")
 BELOW, ABOVE = m.name("request_acceptance_below_ratio"), m.name("request_acceptance_above_ratio")
-AL_STEPS = steps((None, "red"), (1 + c.DEFAULT_COLLAPSE_MARGIN, "orange"), (1.5, "green"))
+AL_STEPS = steps((None, "red"), (1 + c.DETECTION.collapse_margin, "orange"), (1.5, "green"))
 RATE_STEPS = steps((None, "red"), (0.05, "orange"), (0.4, "green"))
 NEUTRAL = steps((None, "blue"))
 HEALTH = m.name("health")  # an OpenMetrics StateSet: the state is in a label named after the family
@@ -148,7 +148,7 @@ def dashboard(o: Options | None = None) -> Json:
         targets(
             (ratio("mean_acceptance_length"), "acceptance length"),
             (BASELINE, "baseline"),
-            (f"1 + {c.DEFAULT_DEGRADED_FRACTION:g} * ({BASELINE} - 1)", "degraded below"),
+            (f"1 + {c.DETECTION.degraded_fraction:g} * ({BASELINE} - 1)", "degraded below"),
             (f"{K} + 1", "ceiling k+1"),
         ),
         "none",

@@ -81,7 +81,7 @@ def build_settings(file_data: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if windows[0][1] < interval:
         raise ConfigError("windows", f"the shortest window ({clip(windows[0][0])}) is shorter than poll.interval")
 
-    health_window = durations.format_duration(_duration("health.window", health.get("window", config.DEFAULT_HEALTH_WINDOW)))
+    health_window = durations.format_duration(_duration("health.window", health.get("window", config.DETECTION.window)))
     if health_window not in dict(windows):
         raise ConfigError(
             "health.window", f"{shown(health_window)} is not one of the windows {clip(str([w for w, _ in windows]))}"
