@@ -116,8 +116,8 @@ def parse_spec_line(line: str) -> SpecLine | None:
 def server_env(venv: Path, scratch: Path, cache: Path) -> dict[str, str]:
     """The environment of every `vllm serve` here (and of the fork server they are forked from)."""
     home, tmp = scratch / "home", scratch / "tmp"
-    home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
+    for d in (home, tmp, cache):
+        d.mkdir(parents=True, exist_ok=True)
     return {
         "PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp),
         "VLLM_CACHE_ROOT": str(cache), "XDG_CACHE_HOME": str(home / ".cache"),

