@@ -91,6 +91,15 @@ def test_no_sys_path_tricks_in_the_package():
     assert offenders == []
 
 
+MAX_MODULE_LINES = 450  # issue 32: a module past this has grown a second job; split it along its seam
+
+
+def test_no_module_is_over_the_size_a_reader_holds_at_once():
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert len(sizes) > 40, sizes  # the walk found the package
+    assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
 def test_no_module_is_named_like_a_top_level_folder():
     folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
     modules = {p.stem for p in PACKAGE.rglob("*.py")} | {p.name for p in PACKAGE.rglob("*") if p.is_dir()}

@@ -1,9 +1,6 @@
-"""The one place for names, defaults and thresholds.
-
-The parser, the adapters, the CLI and (later) the collector, the alert rules and
-the dashboards all read their metric names and limits from here, so a rename or a
-new threshold is a one-line change that every artefact picks up.
-"""
+"""The one place for names, defaults and thresholds: the parser, the adapters, the sidecar, the
+CLI, the alert rules and the dashboards read them here, so a rename or a new threshold is a
+one-line change that every artefact picks up."""
 
 from __future__ import annotations
 
@@ -42,13 +39,11 @@ LABEL_POSITION = "position"
 DEFAULT_MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
 DEFAULT_HTTP_TIMEOUT_SECONDS = 10.0
 
-# --- Invariant checking ---
-# Counters are integers carried as floats; anything beyond this relative slack is
-# a real violation, not float noise.
+# --- Invariant checking: counters are integers carried as floats; beyond this relative slack
+# a difference is a real violation, not float noise. ---
 INVARIANT_RELATIVE_TOLERANCE = 1e-9
 
-# --- Terminal rendering ---
-BAR_WIDTH = 30
+BAR_WIDTH = 30  # the command line's bars, in characters
 
 # --- The sidecar: defaults (every one can be set in the YAML config) ---
 DEFAULT_LISTEN_ADDRESS = ":9746"  # unassigned in the Prometheus default-port list
@@ -86,18 +81,15 @@ MAX_MODELS_PER_TARGET = 64
 MAX_LABEL_VALUE_LENGTH = 256
 # Polls faster than this are refused: they would only burn CPU.
 MIN_POLL_INTERVAL_SECONDS = 0.1
-# Drafts one engine can make per second, generously: 2,048 running sequences at ~122
-# verification steps/s (1,024 at 100 steps/s is 102,400, which the old 100,000
-# refused). Not higher: a second, older server behind the same URL is told from
-# growth only when its lead exceeds this times the poll interval (1.25 M drafts at
-# 5 s). A poll whose drafts grew faster, or that "restarted" to more than this many
-# per second since the last poll, is inconsistent (history.py);
-# VLLMSpecDecodeTargetInconsistent says so if it lasts.
+# Drafts one engine can make per second, generously: 2,048 running sequences at ~122 verification
+# steps/s (1,024 at 100 steps/s is 102,400). Not higher: a second, older server behind the same URL
+# is told from growth only when its lead exceeds this times the poll interval (1.25 M drafts at 5 s).
+# A poll whose drafts grew faster, or that "restarted" to more than this many per second since the
+# last poll, is inconsistent (history.py); VLLMSpecDecodeTargetInconsistent says so if it lasts.
 MAX_DRAFTS_PER_SECOND = 250_000
-# Without a start time, a restart's drafts are at most this share of the base's: a restart starts
-# from zero, and the old process drafted for longer than its successor did between two polls (its
-# boot alone takes tens of seconds). A dip of one draft in every total during a lull read as a
-# restart and added the engine's whole life to the windows, hiding a collapse (helper-39).
+# Without a start time, a restart's drafts are at most this share of the base's: the old process
+# drafted for longer than its successor did between two polls (its boot alone takes tens of seconds).
+# A dip of one draft during a lull read as a restart would add the engine's whole life to the windows.
 RESTART_MAX_SHARE = 0.5
 # Start times (_created) closer than this are one start: a restart reads the old process, then
 # loads the new one (seconds); a smaller move is jitter (read as restarts, it added whole lives).
@@ -113,9 +105,8 @@ WARNINGS_REMEMBERED = 1000
 MAX_SAMPLES_PER_ENGINE = MAX_K + 8
 # An engine's per-request histogram buckets, at most (vLLM's: 21; each poll's copy is kept for an hour).
 MAX_REQUEST_HISTOGRAM_BUCKETS = 64
-# A vLLM target's /v1/models (what each served name serves: health.find_profile) is read
-# on the first poll, after a restart, when a new model name appears, and this often; its
-# answer is capped (a few hundred bytes a model: 64 models fit many times over).
+# A vLLM target's /v1/models (what each served name serves: health.find_profile) is read on the first
+# poll, after a restart, on a new model name, and this often; its answer is capped (64 models fit).
 VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
 SERVED_MODELS_REFRESH_SECONDS = 300.0
 MAX_SERVED_MODELS_BYTES = 1024 * 1024
@@ -282,9 +273,8 @@ DIAG_TOO_GOOD_ACCEPTANCE = 0.98
 # The names shared by config.yaml's `health:`, Helm's `config.health` and rules.py.
 DETECTION_KEYS = tuple(k for k in Detection.__dataclass_fields__ if k != "min_drafts")
 
-# --- Health (vllm_specdec_health, a StateSet) ---
-# ok: judged and fine against a profile; unknown: nothing wrong on the k-independent
-# signals but no profile to compare against, or counters that break vLLM's invariants.
+# --- Health (vllm_specdec_health, a StateSet). ok: judged and fine against a profile; unknown:
+# nothing wrong on the k-independent signals but no profile to compare with, or broken invariants. ---
 HEALTH_STATES = ("ok", "degraded", "collapsed", "idle", "unknown")
 
 # --- What the sidecar exports (public contract) ---
@@ -308,9 +298,8 @@ IDLE_TIMEOUT_SECONDS = 75.0
 # that was served is closed first, so a probe gets in (server.py's docstring says the order).
 MAX_CONNECTIONS = 512
 FD_RESERVE = 64
-# Connections asyncio accepts per loop tick. An accepted socket reaches the cap's
-# check a tick later and an evicted one frees its descriptor a tick after that, so
-# three batches are in the descriptor budget.
+# Connections asyncio accepts per loop tick. An accepted socket reaches the cap's check a tick
+# later and an evicted one frees its descriptor a tick after that: three batches are in the budget.
 ACCEPT_BATCH = 16
 ACCEPT_ERROR_LOG_INTERVAL_SECONDS = 10.0
 # Basic auth: bcrypt (~0.1 s at cost 10) on this many threads, off the event loop;
