@@ -92,6 +92,17 @@ def test_the_history_keeps_one_point_per_step_of_its_longest_window():
     assert h.trend_window == ("1h", 3600.0)
 
 
+def test_a_producer_without_per_position_counters_still_has_an_acceptance_length_trend():
+    """helper-44: SGLang exposes no per-position counters (k unknown); the trend bounded its AL by
+    k + 1 = 1 and drew no point, where derive and /metrics give 1 + accepted / drafts."""
+    h = TargetHistory([("1h", 3600.0)], 7200.0)
+    for i in range(4):  # 100 drafts and 150 accepted tokens a minute: AL 2.5
+        h.observe(60.0 * i, {("m", "0"): Counters(100.0 * i, 300.0 * i, 150.0 * i, ())})
+    points = h.trends()["m"]
+    assert [p.mean_acceptance_length for p in points] == [2.5, 2.5, 2.5]
+    assert all(p.position_acceptance == () for p in points)
+
+
 def test_the_trend_is_bounded_by_its_window():
     h = TargetHistory([("1h", 3600.0)], 7200.0)
     for i in range(200):  # 200 minutes, then "m" goes away and only "n" is polled

@@ -220,6 +220,12 @@ def within(x: float | None, low: float, high: float) -> float | None:
     return x if x is None or low - _SLACK <= x <= high + _SLACK else None
 
 
+def mean_acceptance_length(drafts: float, accepted: float, k: int) -> float | None:
+    """vLLM's mean acceptance length, 1 + accepted / drafts: None without drafts, or out of its
+    range 1..k+1 (no bound above for a producer without per-position counters: k unknown)."""
+    return None if (r := ratio(accepted, drafts)) is None else within(1.0 + r, 1.0, k + 1.0 if k else math.inf)
+
+
 def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterable[str] = ()) -> Stats:
     # The ratios over drafts are ``ratio`` written out (it runs per engine, per window, per poll),
     # each kept within its range (``within``: a bounded range also refuses NaN and infinities).
@@ -250,7 +256,7 @@ def derive(c: Counters, interval_seconds: float | None = None, warnings: Iterabl
         accepted_per_position=per_pos,
         num_generation_tokens=c.generation_tokens,
         k=k,
-        mean_acceptance_length=None if (r := ratio(c.accepted, c.drafts)) is None else within(1.0 + r, 1.0, top + 1),
+        mean_acceptance_length=mean_acceptance_length(c.drafts, c.accepted, k),
         acceptance_rate=within(ratio(c.accepted, c.draft_tokens), 0.0, 1.0),
         per_position_acceptance=survival,
         conditional_acceptance=conditional,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import config
-from .derive import within
+from .derive import mean_acceptance_length, within
 from .model import Counters, SeriesKey
 from .restarts import delta
 
@@ -28,7 +28,7 @@ class TrendPoint:
     @property
     def mean_acceptance_length(self) -> float | None:
         """None without drafts, or out of its range 1..k+1 (counters that break vLLM's invariants)."""
-        return None if self.drafts <= 0 else within(1.0 + self.accepted / self.drafts, 1.0, len(self.per_position) + 1.0)
+        return mean_acceptance_length(self.drafts, self.accepted, len(self.per_position))
 
     @property
     def position_acceptance(self) -> tuple[float, ...]:

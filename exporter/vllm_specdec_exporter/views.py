@@ -7,11 +7,10 @@ without locks. ``model_views`` derives the per-model figures from a target's his
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .derive import Stats, derive, invariant_violations, ratio, sum_counters, within
+from .derive import Stats, derive, invariant_violations, mean_acceptance_length, ratio, sum_counters, within
 from .diagnosis import Hint
 from .diagnosis_state import Seen, window_verdict
 from .health import Verdict, find_profile
@@ -140,7 +139,7 @@ def model_views(
             engines_fig = {
                 e: EngineFigures(
                     c.drafts,
-                    None if c.drafts <= 0 else within(1.0 + c.accepted / c.drafts, 1.0, c.k + 1.0 if c.k else math.inf),
+                    mean_acceptance_length(c.drafts, c.accepted, c.k),
                     within(ratio(c.accepted, c.draft_tokens), 0.0, 1.0),
                 )
                 for e, c in sorted(engines.items(), key=lambda kv: engine_order(kv[0]))
