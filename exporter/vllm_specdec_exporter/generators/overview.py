@@ -8,6 +8,7 @@ from .. import config as c
 from .. import metrics as m
 from .grafana import Json, Layout, bars, finalize, fleet_selects, multi_select, stat, steps, targets, timeseries, variables
 from .overview_cost import cost_row
+from .rules.context import Expr
 from .rules.options import MODEL_LEVEL, SERVER, Options, base_window, name
 from .rules.references import WINDOW_VARIABLE
 from .rules.registry import default_options
@@ -148,7 +149,7 @@ def dashboard(o: Options | None = None) -> Json:
         targets(
             (ratio("mean_acceptance_length"), "acceptance length"),
             (BASELINE, "baseline"),
-            (f"1 + {c.DETECTION.degraded_fraction:g} * ({BASELINE} - 1)", "degraded below"),
+            (str(c.degraded_floor(Expr(f"{c.DETECTION.degraded_fraction:g}"), Expr(BASELINE))), "degraded below"),
             (f"{K} + 1", "ceiling k+1"),
         ),
         "none",
