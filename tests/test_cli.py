@@ -45,12 +45,32 @@ def test_json_schema_is_complete():
     out = json.loads(run_cli("report", str(DP8), "--format", "json").stdout)
     entry = out["models"]["deepseek-ai/DeepSeek-V4-Pro"]
     assert set(entry) == {"all", "engines", "health", "diagnosis", "profile", "cost"}
-    assert set(entry["health"]) == {"state", "reason"}
+    assert set(entry["health"]) == {"state", "reason", "engines"}
+    assert set(entry["health"]["engines"]) == set(entry["engines"])
     assert set(entry["all"]) >= STATS_KEYS
     for stats in entry["engines"].values():
         assert set(stats) >= STATS_KEYS
 
         assert len(stats["per_position_acceptance"]) == len(stats["accepted_per_position"]) == stats["k"]
+
+
+def test_the_reports_engine_marks_are_the_verdicts_engine_states(tmp_path):
+    """helper-44: the text table judged engines again from the JSON figures, its own way ("lagging",
+    where health and /metrics' engine_health say degraded). It now prints the verdict's states, which
+    the JSON gives as health.engines."""
+    lines = []
+    for engine, acc in (("0", 0.9), ("1", 0.9), ("2", 0.5)):  # engine 2's gain 0.8 < 0.75 x the model's 1.23
+        lab = f'engine="{engine}",model_name="m"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 1000", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 2000",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1600)}",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * 1000)}',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 600)}']
+    (tmp_path / "m.prom").write_text("\n".join(lines) + "\n")
+    out = json.loads(run_cli("report", str(tmp_path / "m.prom"), "--format", "json").stdout)
+    assert out["models"]["m"]["health"]["engines"] == {"0": "ok", "1": "ok", "2": "degraded"}
+    text = run_cli("report", str(tmp_path / "m.prom")).stdout.decode()
+    marked = {ln.split()[0]: ln.split("<-")[1].strip() for ln in text.splitlines() if "<-" in ln}
+    assert marked == {"2": "degraded"}, text
 
 
 def test_diff_of_two_files_reproduces_the_broken_v4_pro_case(tmp_path):

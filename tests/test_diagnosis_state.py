@@ -121,7 +121,8 @@ def test_diff_across_a_restart_into_a_weaker_head_names_the_change_with_both_fig
         model = out["models"]["my-model"]
         assert model["all"]["num_drafts"] == drafts
         assert model["health"] == {"state": "degraded", "reason": "position 0 acceptance 0.300 < 0.5: a broken draft "
-                                                                  "path, or synthetic random-token load such as a benchmark"}
+                                                                  "path, or synthetic random-token load such as a benchmark",
+                                   "engines": {"0": "ok"}}
         assert model["diagnosis"] == [
             {"cause": "configuration_change",
              "evidence": "the draft head changed at a restart of engine 0 between the dumps: position 0 accepted in "

@@ -412,7 +412,8 @@ def test_an_upgrade_drift_of_every_position_is_never_a_head_defect(tmp_path):
     (tmp_path / "b.prom").write_bytes(dump("my-model", 30_000, AFTER_DRIFT, T0 + 3600))
     model = json.loads(run_cli("diff", str(tmp_path / "a.prom"), str(tmp_path / "b.prom"), "--format",
                                "json").stdout)["models"]["my-model"]
-    assert model["health"] == {"state": "unknown", "reason": "mean acceptance length 2.734; no baseline profile"}
+    assert model["health"] == {"state": "unknown", "reason": "mean acceptance length 2.734; no baseline profile",
+                               "engines": {"0": "ok"}}
     assert model["diagnosis"] == [{"cause": "configuration_change", "evidence": "every position lower together: AL "
                                    "2.734 against 3.224 before a restart of engine 0 between the dumps (the gain at "
                                    "78.0 % of it): a drift that came with it"}]

@@ -114,11 +114,12 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         lines.append("")
         pos_head = "".join(f"  {'pos ' + str(i):>7}" for i in range(k))
         lines.append(f"  {'engine':>8}  {'drafts':>12}  {'AL':>6}  {'acceptance':>10}{pos_head}")
+        states = entry["health"]["engines"]
         for engine, e in engines.items():
             pos = "".join(f"  {_pct(v):>7}" for v in e["per_position_acceptance"])
             lines.append(
                 f"  {_safe(engine, 24):>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
-                f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(e, s)}"
+                f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(states.get(engine))}"
             )
     return lines
 
@@ -175,17 +176,10 @@ def _request_lines(ra: dict[str, Any]) -> list[str]:
     ]
 
 
-def _engine_mark(e: dict[str, Any], total: dict[str, Any]) -> str:
-    """Mark the engine the sidecar's health would call collapsed or lagging (config.DETECTION),
-    so one dead data-parallel rank stands out of the table."""
-    al, model_al = e["mean_acceptance_length"], total["mean_acceptance_length"]
-    if al is None or model_al is None or e["num_drafts"] < config.DEFAULT_MIN_DRAFTS:
-        return ""
-    if al - 1 < config.DETECTION.collapse_margin:
-        return "  <- collapsed"
-    if al - 1 < config.DETECTION.engine_lag_fraction * (model_al - 1):
-        return "  <- lagging"
-    return ""
+def _engine_mark(state: str | None) -> str:
+    """Mark an engine the verdict calls collapsed or degraded (health.engine_state, the summary's
+    health.engines), so one dead data-parallel rank stands out of the table."""
+    return f"  <- {state}" if state in ("collapsed", "degraded") else ""
 
 
 def render_text(summary: dict[str, Any], title: str) -> str:

@@ -1,6 +1,7 @@
 """Counters per engine -> the stable JSON summary (CLI --format json, /api/v1/summary).
 
-Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS}, "health": ..., "diagnosis": [...],
+Schema: {"models": {MODEL: {"all": STATS, "engines": {ENGINE: STATS},
+                           "health": {"state": ..., "reason": ..., "engines": {ENGINE: STATE}}, "diagnosis": [...],
                            "cost": COST (/api/v1/summary; the CLI adds its own)}},
          "interval_seconds": number|null, "warnings": [...]}
 """
@@ -67,7 +68,12 @@ def summarize(
         models[model] = {
             "all": stats.to_json(),
             "engines": engines_json,
-            "health": {"state": v.state, "reason": v.reason},
+            # Each engine's state as /metrics' vllm_specdec_engine_health gives it (health.engine_state).
+            "health": {
+                "state": v.state,
+                "reason": v.reason,
+                "engines": {e: v.engines[e] for e in engines_json if e in v.engines},
+            },
             "diagnosis": [{"cause": h.cause, "evidence": h.evidence} for h in v.causes],
         }
         if cost_of is not None:
