@@ -19,6 +19,9 @@ import json
 import pytest
 from conftest import run_cli
 from sidecar_harness import T0, V1, Sidecar, dump
+from vllm_specdec_exporter.config import DETECTION
+from vllm_specdec_exporter.diagnosis_state import position0_healthy
+from vllm_specdec_exporter.model import Counters
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.web import POLLERS
 
@@ -307,3 +310,15 @@ def test_the_fall_before_a_restart_that_ended_it_is_never_read_as_its_cause():
     # The poll at the restart itself: no drafts since it yet, so nothing to name (not the fall before it).
     assert still[0] == (0, "collapsed", ())
     assert all((state, causes) == ("collapsed", ("draft_head_garbage",)) for _, state, causes in still[1:]), still[:3]
+
+
+def test_position_0_was_healthy_at_its_floor_over_enough_drafts_with_a_position_counter():
+    """One definition, read by the sidecar's day of memory and by diff's BEFORE dump across a restart."""
+    def pos0(drafts: float, first: float, k: int = 2) -> Counters:
+        return Counters(drafts, k * drafts, first, (first, 0.0)[:k])
+
+    assert position0_healthy(pos0(100, 50), DETECTION, 100)  # at the floor (0.5), at min_drafts
+    assert not position0_healthy(pos0(100, 49), DETECTION, 100)  # under the floor
+    assert not position0_healthy(pos0(99, 99), DETECTION, 100)  # too few drafts to say
+    assert not position0_healthy(pos0(100, 100, k=0), DETECTION, 100)  # no per-position counter
+    assert not position0_healthy(pos0(0, 0), DETECTION, 0)  # no drafts at all, min_drafts 0

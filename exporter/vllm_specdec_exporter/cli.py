@@ -16,6 +16,7 @@ from . import __version__, config, durations
 from .adapters import PRODUCERS, extract
 from .derive import sum_counters
 from .diagnosis import Earlier
+from .diagnosis_state import position0_healthy
 from .health import Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
@@ -214,10 +215,7 @@ def _verdict(
         prior = [c for (m, _), c in (before or {}).items() if m == model and c.drafts > 0 and c.k]
         if changes and prior:
             was = sum_counters(prior)
-            healthy = (
-                was.drafts >= config.DEFAULT_MIN_DRAFTS and was.per_position[0] / was.drafts >= config.DETECTION.position0_floor
-            )
-            earlier = Earlier("", None, healthy, was)
+            earlier = Earlier("", None, position0_healthy(was, config.DETECTION, config.DEFAULT_MIN_DRAFTS), was)
         return judge(engines, span, _profile(model, k), config.DETECTION, config.DEFAULT_MIN_DRAFTS, changes, earlier)
 
     return verdict

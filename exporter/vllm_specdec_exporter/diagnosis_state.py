@@ -127,6 +127,15 @@ def together(seen: Sequence[tuple[str, Seen]]) -> Seen:
     )
 
 
+def position0_healthy(total: Counters, det: Detection, min_drafts: int) -> bool:
+    """A model's position 0 at or above its floor over at least ``min_drafts`` drafts: a low one
+    after it is a fall, never a weak drafter from the start (Earlier.position0_healthy)."""
+    if not total.k or total.drafts < max(min_drafts, 1):
+        return False
+    pos0 = total.per_position[0] / total.drafts
+    return math.isfinite(pos0) and pos0 >= det.position0_floor
+
+
 def model_totals(window: WindowDelta, models: Sequence[str] | set[str], min_drafts: int) -> dict[str, Counters]:
     """Each of ``models`` over one window (its engines summed, in the window's order), where it
     drafted at least ``min_drafts``."""
@@ -239,16 +248,8 @@ class DiagnosisState:
         """Which models had a healthy position 0 within a day (the alert's lookback): a low one
         then is a fall, not a steady weak drafter (health.judge)."""
         if window is not None:
-            grouped: dict[str, list[Counters]] = {}
-            for (model, _), c in window.engines.items():
-                if model in models:
-                    grouped.setdefault(model, []).append(c)
-            for model, cs in grouped.items():
-                total = sum_counters(cs)
-                if not (total.k and total.drafts > 0):
-                    continue
-                pos0 = total.per_position[0] / total.drafts
-                if math.isfinite(pos0) and pos0 >= self.det.position0_floor and total.drafts >= self.min_drafts:
+            for model, total in model_totals(window, models, self.min_drafts).items():
+                if position0_healthy(total, self.det, self.min_drafts):
                     self._position0_healthy_at[model] = now
         horizon = now - config.POSITION0_LOOKBACK_SECONDS
         recent = sorted(((t, m) for m, t in self._position0_healthy_at.items() if t >= horizon), reverse=True)
