@@ -21,7 +21,7 @@ from .health import Verdict, judge, match_profile
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text
-from .restarts import DOWN_A_LITTLE, delta_engines
+from .restarts import DOWN_A_LITTLE, WENT_DOWN, delta_engines
 from .sources import SourceError, credentials, read_source, redact_url, scrub
 from .summary import Judge, cost, summarize
 
@@ -277,7 +277,7 @@ def _diff(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     # Only where the counters alone said it: a restart known from _created is one, never a swap.
     if shared and set(deltas.restarted) == shared and all(after.engines[k].started is None for k in shared):
         # Every engine went down at once: likelier the dumps in the wrong order than N restarts. One line.
-        went_down = tuple(f"{series_name(key)}: counters went down" for key in shared)
+        went_down = tuple(f"{series_name(key)}: {WENT_DOWN} (" for key in shared)
         warnings = [w for w in warnings if not w.startswith(went_down)]
         warnings.insert(
             0,

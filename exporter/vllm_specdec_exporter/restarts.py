@@ -29,6 +29,7 @@ def align_k(before: Counters, after: Counters) -> Counters:
 RESTART = "restart"
 STARTED_AGAIN = "started again"  # a restart known from the engine's start time (_created), not inferred
 CONSISTENT = "consistent"
+WENT_DOWN = "counters went down"  # a restart's warning starts with it after the engine (cli's diff drops them)
 DOWN_A_LITTLE = "counters went down a little, not to near zero (a glitch?)"  # without a start time: not a restart
 
 
@@ -178,7 +179,7 @@ def delta_engines(
             restarted.append(key)
             changed_k = f", k {prev.k} -> {now.k}" if prev.k != now.k else ""
             if verdict == RESTART:
-                warnings.append(f"{describe(key)}: counters went down (restart{changed_k}); counted from zero")
+                warnings.append(f"{describe(key)}: {WENT_DOWN} (restart{changed_k}); counted from zero")
             else:
                 warnings.append(
                     f"{describe(key)}: restarted between the scrapes (its counters started again at "
