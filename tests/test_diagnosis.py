@@ -177,7 +177,7 @@ def judge_one(counters, changes=(), profile=None):
 
 
 def profile(model: str, k: int):
-    from vllm_specdec_exporter.health import match_profile
+    from vllm_specdec_exporter.baselines import match_profile
     from vllm_specdec_exporter.settings import default_profiles
 
     return match_profile(default_profiles(), model, k, None)

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sidecar_harness import T0, Sidecar, dump
 from vllm_specdec_exporter import config
+from vllm_specdec_exporter.baselines import match_profile
 from vllm_specdec_exporter.derive import invariant_violations
 from vllm_specdec_exporter.diagnosis import Earlier
-from vllm_specdec_exporter.health import Engines, judge, match_profile
+from vllm_specdec_exporter.health import Engines, judge
 from vllm_specdec_exporter.model import BaselineProfile, Counters, series_name
 from vllm_specdec_exporter.settings import default_profiles
 from vllm_specdec_exporter.summary import summarize

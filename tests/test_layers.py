@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "exporter" / "vllm_specdec_exporter"
-DOMAIN = ("model", "derive", "restarts", "health", "diagnosis", "diagnosis_state", "history", "trend", "admission", "capacity")
+DOMAIN = ("model", "derive", "restarts", "baselines", "health", "diagnosis", "diagnosis_state", "history", "trend", "admission", "capacity")
 # Domain modules may read constants (config) and each other, nothing that loads, fetches or serves.
 DOMAIN_ALLOWED = {"config", "parser", *DOMAIN}
 ADAPTER_MODULES = sorted(p.stem for p in (PACKAGE / "adapters").glob("*.py") if p.stem not in ("__init__", "common"))

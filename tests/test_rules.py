@@ -25,8 +25,9 @@ from prom_harness import (
     wait_for,
 )
 from vllm_specdec_exporter import config, durations
+from vllm_specdec_exporter.baselines import match_profile
 from vllm_specdec_exporter.generators import rules
-from vllm_specdec_exporter.health import judge, match_profile
+from vllm_specdec_exporter.health import judge
 from vllm_specdec_exporter.model import Counters
 from vllm_specdec_exporter.settings import default_profiles
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from sidecar_harness import FakeClock, start
 from structlog.testing import capture_logs
 from vllm_specdec_exporter import config
-from vllm_specdec_exporter.health import find_profile
+from vllm_specdec_exporter.baselines import find_profile
 from vllm_specdec_exporter.parser import parse
 from vllm_specdec_exporter.poller import SERVED_MODELS_MIN_SECONDS
 from vllm_specdec_exporter.settings import build_settings

@@ -14,10 +14,11 @@ from typing import Any
 
 from . import __version__, config, durations
 from .adapters import PRODUCERS, extract
+from .baselines import match_profile
 from .derive import sum_counters
 from .diagnosis import Earlier
 from .diagnosis_state import position0_healthy
-from .health import Verdict, judge, match_profile
+from .health import Verdict, judge
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
 from .render import escape, render_text

@@ -105,7 +105,7 @@ WARNINGS_REMEMBERED = 1000
 MAX_SAMPLES_PER_ENGINE = MAX_K + 8
 # An engine's per-request histogram buckets, at most (vLLM's: 21; each poll's copy is kept for an hour).
 MAX_REQUEST_HISTOGRAM_BUCKETS = 64
-# A vLLM target's /v1/models (what each served name serves: health.find_profile) is read on the first
+# A vLLM target's /v1/models (what each served name serves: baselines.find_profile) is read on the first
 # poll, after a restart, on a new model name, and this often; its answer is capped (64 models fit).
 VLLM_PRODUCERS = ("vllm-v1", "vllm-v0")
 SERVED_MODELS_REFRESH_SECONDS = 300.0

@@ -11,9 +11,9 @@ import time
 from collections.abc import Mapping, Sequence, Set
 
 from . import __version__, config, durations
+from .baselines import NO_BASELINE
 from .charts import POSITIONS, Frame, acceptance_length_chart, position_chart
 from .diagnosis import describe
-from .health import NO_BASELINE
 from .render import bar
 from .settings import Settings
 from .trend import TrendPoint

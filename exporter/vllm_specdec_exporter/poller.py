@@ -19,10 +19,10 @@ import aiohttp
 import structlog
 
 from . import config, parse_pool
+from .baselines import NO_BASELINE, named_profile
 from .derive import invariant_violations
 from .diagnosis_state import DiagnosisState, Seen
 from .errors import ConfigError
-from .health import NO_BASELINE, named_profile
 from .history import Observation, TargetHistory
 from .localfiles import read_capped
 from .metrics import sample

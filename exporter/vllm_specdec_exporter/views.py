@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .baselines import find_profile
 from .derive import Stats, derive, invariant_violations, mean_acceptance_length, ratio, sum_counters, within
 from .diagnosis import Hint
 from .diagnosis_state import Seen, window_verdict
-from .health import Verdict, find_profile
+from .health import Verdict
 from .history import TargetHistory, WindowDelta
 from .model import BaselineProfile, Counters, SeriesKey, engine_order, series_name
 from .settings import Settings, Target
@@ -51,7 +52,7 @@ class ModelView:
     health_causes: tuple[Hint, ...] = ()  # the likely causes of a fall, with their evidence
     # What the served name serves (--model), when known: vLLM's /v1/models, else the target's model.
     root: str | None = None
-    profile_matched_by: str = "none"  # health.MATCHED_BY: config, served_name, root, alias or none
+    profile_matched_by: str = "none"  # baselines.MATCHED_BY: config, served_name, root, alias or none
     seen: Seen = field(default_factory=lambda: Seen())  # what the verdict of any window reads beside the counters
     # One point per step of the longest window, over it (TargetHistory.trends): the landing page's chart.
     trend: tuple[TrendPoint, ...] = ()
@@ -109,7 +110,7 @@ def model_views(
     engines (sums before ratios). ``roots``: served name -> the model it serves (vLLM's
     /v1/models), where known; where not (or where it names no root but the served name
     itself), the ``target``'s model. A profile is looked for under both, unless the target
-    names one outright (health.find_profile). ``seen``: what the poller saw beside the counters
+    names one outright (baselines.find_profile). ``seen``: what the poller saw beside the counters
     per model (diagnosis_state.DiagnosisState.observe), read by the verdict. ``trends``: each
     model's points over the longest window (TargetHistory.trends), passed through."""
     k_by_model: dict[str, int] = {}

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..baselines import named_profile
 from ..errors import ConfigError, clip, shown
-from ..health import named_profile
 from ..model import BaselineProfile, speculative_method
 from .checks import _limited, _mapping
 from .values import PROFILE_KEYS, PROFILE_REQUIRED, Target

@@ -70,7 +70,7 @@ class Target:
     # What the deployment runs, from its own arguments (the Helm chart passes them), and a profile named outright.
     model: str | None = None  # vLLM's --model (HF id or weights path): matched as /v1/models' root where that names none
     k: int | None = None  # num_speculative_tokens: a named profile must be for it
-    profile: str | None = None  # a baseline profile's name: used instead of matching one (health.find_profile)
+    profile: str | None = None  # a baseline profile's name: used instead of matching one (baselines.find_profile)
 
 
 @dataclass(frozen=True, slots=True)

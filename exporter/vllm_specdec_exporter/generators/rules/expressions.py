@@ -8,7 +8,7 @@ from __future__ import annotations
 from ... import config as c
 from ... import durations
 from ... import metrics as m
-from ...health import NO_BASELINE
+from ...baselines import NO_BASELINE
 from .context import ENGINE_LABEL, POSITION_LABEL, TARGET_AT_INSTANCE, Expr, X, cost, label
 from .options import (
     DAY,
