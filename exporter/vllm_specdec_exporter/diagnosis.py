@@ -170,7 +170,7 @@ def diagnose(
     else:
         total = sum_counters(judged.values())
         st = derive(total)
-    gain = _gain(total)
+    gain = gain_of(total)
     hints: list[Hint] = []
     if st.acceptance_rate is not None and st.acceptance_rate > config.DIAG_TOO_GOOD_ACCEPTANCE:
         hints.append(
@@ -182,8 +182,8 @@ def diagnose(
         )
     shape = _chain(total, min_drafts)
     bad = sorted(
-        (e for e, c in judged.items() if _gain(c) < det.collapse_margin or _gain(c) < det.engine_lag_fraction * gain),
-        key=lambda e: _gain(judged[e]),
+        (e for e, c in judged.items() if gain_of(c) < det.collapse_margin or gain_of(c) < det.engine_lag_fraction * gain),
+        key=lambda e: gain_of(judged[e]),
     )
     pos0 = total.per_position[0] / total.drafts  # drafts > 0: every judged engine has min_drafts
     if fell is None:
@@ -195,7 +195,7 @@ def diagnose(
         shape += _chain_floor(total, det, profile, ref, ref_label)
     # A fall against history (the Dropped alert's: the gain below DIAG_FALL_FRACTION of the
     # earlier figure at the same k) is a fall whatever the profile says.
-    dropped = ref is not None and ref.k == total.k and gain < config.DIAG_FALL_FRACTION * _gain(ref)
+    dropped = ref is not None and ref.k == total.k and gain < config.DIAG_FALL_FRACTION * gain_of(ref)
     if not (fell or dropped):
         return tuple(shape + _drift(total, ref, ref_label, seen) + hints)
     falls: list[Hint] = []
@@ -205,14 +205,14 @@ def diagnose(
     if len(judged) > 1 and bad and len(bad) < len(judged) and not _fell(rest, det, earlier, profile):
         # Every low engine is named (up to MAX_NAMED_ENGINES, lowest first), and how many of how
         # many they are: two of eight, or six of eight, are not "one rank".
-        worst = ", ".join(f"engine {e} at AL {1 + _gain(judged[e]):.3f}" for e in bad[:MAX_NAMED_ENGINES])
+        worst = ", ".join(f"engine {e} at AL {1 + gain_of(judged[e]):.3f}" for e in bad[:MAX_NAMED_ENGINES])
         if len(bad) > MAX_NAMED_ENGINES:
             worst += f" and {len(bad) - MAX_NAMED_ENGINES} more"
         if len(bad) > 1:
             worst = f"{len(bad)} of {len(judged)} engines ({worst})"
         others = len(judged) - len(bad)
         falls.append(
-            Hint("one_rank", f"{worst} while the other {others} {'is' if others == 1 else 'are'} at AL {1 + _gain(rest):.3f}")
+            Hint("one_rank", f"{worst} while the other {others} {'is' if others == 1 else 'are'} at AL {1 + gain_of(rest):.3f}")
         )
     zero = [e for e, c in judged.items() if c.per_position[0] / c.drafts < config.DIAG_GARBAGE_POSITION0]
     if len(zero) == len(judged):
@@ -291,13 +291,13 @@ def diagnose(
 def _drift(total: Counters, ref: Counters | None, ref_label: str, seen: Sequence[str]) -> list[Hint]:
     """Every position lower together than the reference at the same k, the gain under
     DIAG_DRIFT_FRACTION of it, with no fall: a hint only (an upgrade's drift or a traffic mix)."""
-    if ref is None or ref.k != total.k or ref.drafts <= 0 or _gain(total) >= config.DIAG_DRIFT_FRACTION * _gain(ref):
+    if ref is None or ref.k != total.k or ref.drafts <= 0 or gain_of(total) >= config.DIAG_DRIFT_FRACTION * gain_of(ref):
         return []
     if not all(a / total.drafts < b / ref.drafts for a, b in zip(total.per_position, ref.per_position, strict=True)):
         return []
     figures = (
-        f"every position lower together: AL {1 + _gain(total):.3f} against {1 + _gain(ref):.3f} {ref_label} "
-        f"(the gain at {_pct(_gain(total) / _gain(ref))} of it)"
+        f"every position lower together: AL {1 + gain_of(total):.3f} against {1 + gain_of(ref):.3f} {ref_label} "
+        f"(the gain at {_pct(gain_of(total) / gain_of(ref))} of it)"
     )
     if seen:
         since = "" if ref_label.startswith("before") else f", since {', '.join(seen)}"
@@ -347,7 +347,7 @@ def _changed(seen: Sequence[str], total: Counters, before: Counters | None) -> H
         return Hint("configuration_change", "the fall coincides with " + what)
     pos0, pos0_before = total.per_position[0] / total.drafts, before.per_position[0] / before.drafts
     same_k = before.k == total.k
-    al = f"AL {1 + _gain(total):.3f} since it, against {1 + _gain(before):.3f} before it" if same_k else ""
+    al = f"AL {1 + gain_of(total):.3f} since it, against {1 + gain_of(before):.3f} before it" if same_k else ""
     if pos0 < config.DIAG_FALL_FRACTION * pos0_before:
         al = f" ({al})" if al else ""
         # Every later position held its share of the one before: the whole chain scaled down
@@ -368,7 +368,7 @@ def _changed(seen: Sequence[str], total: Counters, before: Counters | None) -> H
             f"{head}: position 0 accepted in {_pct(pos0)} of drafts since it, "
             f"against {_pct(pos0_before)} of {before.drafts:,.0f} drafts before it{al}",
         )
-    if pos0 >= pos0_before and (not same_k or _gain(total) >= _gain(before)):
+    if pos0 >= pos0_before and (not same_k or gain_of(total) >= gain_of(before)):
         return Hint("configuration_change", "the fall coincides with " + what)  # nothing fell across it
     figures = al or f"position 0 accepted in {_pct(pos0)} of drafts since it, against {_pct(pos0_before)} before it"
     return Hint("configuration_change", f"the fall coincides with {what}: {figures}")
@@ -434,11 +434,12 @@ INDEPENDENT_OF_SHORT = ("configuration_change", "one_rank", "workload_shift", "c
 
 def _fell(c: Counters, det: Detection, earlier: Earlier | None, profile: BaselineProfile | None) -> bool:
     """Below the profile's threshold, or below DIAG_FALL_FRACTION of the earlier figure."""
-    if profile is not None and _gain(c) < det.degraded_gain_under(profile.mean_acceptance_length):
+    if profile is not None and gain_of(c) < det.degraded_gain_under(profile.mean_acceptance_length):
         return True
     before = earlier.gain if earlier is not None else None
-    return before is not None and _gain(c) < config.DIAG_FALL_FRACTION * before
+    return before is not None and gain_of(c) < config.DIAG_FALL_FRACTION * before
 
 
-def _gain(c: Counters) -> float:
+def gain_of(c: Counters) -> float:
+    """The speculative gain, AL - 1 (accepted tokens per draft), of counters with drafts."""
     return c.accepted / c.drafts

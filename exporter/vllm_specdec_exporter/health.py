@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from . import capacity
 from .config import Detection
 from .derive import derive, invariant_violations, sum_counters
-from .diagnosis import Earlier, Hint, Known, _gain, describe, diagnose
+from .diagnosis import Earlier, Hint, Known, describe, diagnose, gain_of
 from .model import BaselineProfile, Counters
 
 
@@ -69,9 +69,9 @@ def engine_state(
         return "idle"
     if invariant_violations(c, "engine") if broken is None else broken:
         return "unknown"
-    if _gain(c) < det.collapse_margin:
+    if gain_of(c) < det.collapse_margin:
         return "collapsed"
-    if model_gain is not None and _gain(c) < det.engine_lag_fraction * model_gain:
+    if model_gain is not None and gain_of(c) < det.engine_lag_fraction * model_gain:
         return "degraded"
     return "ok"
 
@@ -119,7 +119,7 @@ def _judge(
     if not engines:
         return Verdict("idle", "no drafts in the window", {})
     total = known.total if known is not None else sum_counters(engines.values())
-    model_gain = None if total.drafts <= 0 else _gain(total)
+    model_gain = None if total.drafts <= 0 else gain_of(total)
     states = {
         e: engine_state(c, model_gain, span, det, min_drafts, None if known is None else e in known.broken)
         for e, c in engines.items()
@@ -138,7 +138,7 @@ def _judge(
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
     floor = None if profile is None else det.degraded_floor_under(profile.mean_acceptance_length)
     if bad:
-        what = ", ".join(f"engine {e} {states[e]} (AL {1 + _gain(engines[e]):.3f})" for e in bad)
+        what = ", ".join(f"engine {e} {states[e]} (AL {1 + gain_of(engines[e]):.3f})" for e in bad)
         if floor is not None and al < floor:  # the whole model fell too: say so first
             what = f"mean acceptance length {al:.3f} < {floor:.3f} on the whole model; " + what
         return Verdict("degraded", what + _cost(al, profile, total.k, det), states)
