@@ -139,7 +139,7 @@ def load_scenario(ref: str) -> Scenario:
     """A built-in scenario name (see builtin_scenarios) or a YAML file path."""
     if ref in builtin_scenarios():
         text = resources.files(__package__).joinpath(f"data/scenarios/{ref}.yaml").read_text()
-        return parse_scenario(yaml.safe_load(text), ref)
+        return parse_scenario(load_yaml(text, SCENARIO_MAX_DEPTH), ref)  # the safe loader every YAML goes through
     path = Path(ref)
     if not path.exists():
         raise ConfigError("--scenario", f"{ref!r} is neither a file nor one of {', '.join(builtin_scenarios())}")
