@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import config
-from .derive import mean_acceptance_length, within
+from .derive import mean_acceptance_length, sum_counters, within
 from .model import Counters, SeriesKey
 from .restarts import delta
 
@@ -69,21 +69,17 @@ class Trends:
     def _fold(self, before: Totals, after: Totals, t: float) -> None:
         """One point per model for the step (per engine as a window reads it, summed), and the
         points older than the window dropped."""
-        sums: dict[str, tuple[float, float, list[float]]] = {}
+        steps: dict[str, list[Counters]] = {}
         for key, now in after.items():
-            c = delta(before.get(key), now)[0]
-            drafts, accepted, per = sums.get(key[0], (0.0, 0.0, []))
-            per.extend([0.0] * (c.k - len(per)))
-            for i, v in enumerate(c.per_position):
-                per[i] += v
-            sums[key[0]] = (drafts + c.drafts, accepted + c.accepted, per)
+            steps.setdefault(key[0], []).append(delta(before.get(key), now)[0])
+        sums = {model: sum_counters(cs) for model, cs in steps.items()}
         oldest = t - self._seconds
         trends: dict[str, tuple[TrendPoint, ...]] = {}
         for model in {*self._trends, *sums}:
             kept = tuple(p for p in self._trends.get(model, ()) if p.t > oldest)
-            drafts, accepted, per = sums.get(model, (0.0, 0.0, []))
-            if drafts > 0:  # a step without drafts has nothing to draw: a gap (and a model gone ages out)
-                kept = (*kept, TrendPoint(t, drafts, accepted, tuple(per)))[-TREND_POINTS:]
+            c = sums.get(model)
+            if c is not None and c.drafts > 0:  # a step without drafts has nothing to draw: a gap (and a model gone ages out)
+                kept = (*kept, TrendPoint(t, c.drafts, c.accepted, c.per_position))[-TREND_POINTS:]
             if kept:
                 trends[model] = kept
         self._trends = trends
