@@ -24,7 +24,7 @@ from .diagnosis import CAUSE_TEXT
 from .errors import ConfigError
 from .model import engine_order
 from .parser import Sample, parse
-from .render import _safe, bar, cost_text
+from .render import one_line, bar, cost_text
 from .scenarios import load_scenario
 from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app
@@ -156,7 +156,7 @@ def _engines_named(states: dict[str, str], total: int) -> str:
     """'engine 5 collapsed; engines 0, 1 falling', or 'all 8 engines ...' when every engine is named."""
     by_word: dict[str, list[str]] = {}
     for engine in sorted(states, key=engine_order):
-        by_word.setdefault(states[engine], []).append(_safe(engine, 24))
+        by_word.setdefault(states[engine], []).append(one_line(engine, 24))
     if len(by_word) == 1 and len(states) == total > 1:
         return f"all {total} engines {next(iter(by_word))}"
     parts = []
@@ -240,10 +240,10 @@ def render_frame(
             )
         why = f"  ({'; '.join(parts)})" if parts else ""
         drafts = values("window_drafts", model, t.shown)
-        lines.append(f"model {_safe(model)}   k={k}   figures and health over {over}   health: {state.upper()}{why}")
+        lines.append(f"model {one_line(model)}   k={k}   figures and health over {over}   health: {state.upper()}{why}")
         causes = [s.labels["cause"] for s in values("diagnosis_info", model) if s.value == 1.0]
         if causes:  # the landing page gives each one's evidence; /metrics names the cause
-            texts = "; or ".join(CAUSE_TEXT.get(c, _safe(c, 40)) for c in causes)
+            texts = "; or ".join(CAUSE_TEXT.get(c, one_line(c, 40)) for c in causes)
             lines.append(f"  likely cause (a hint; the evidence is on the landing page): {texts}")
         # The threshold the verdict uses, not the profile's AL: OK at 2.1 under a profile of 2.27 is right.
         against = (
@@ -276,7 +276,7 @@ def render_frame(
         if engines:
             marks = {e: _mark(v, verdicts.get(e), floor) for e, v in engines.items()}
             cells = [
-                f"{_safe(e, 24)}:{v:.2f}{marks[e]}" for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))
+                f"{one_line(e, 24)}:{v:.2f}{marks[e]}" for e, v in sorted(engines.items(), key=lambda ev: engine_order(ev[0]))
             ]  # any label string
             legend = [
                 f"{m} {word}" for m, word in ((COLLAPSED_MARK, "collapsed"), (DEGRADED_MARK, "degraded")) if m in marks.values()

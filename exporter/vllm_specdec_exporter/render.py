@@ -28,7 +28,7 @@ def escape(text: str) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _safe(text: str, width: int = 80) -> str:
+def one_line(text: str, width: int = 80) -> str:
     """A label value as one terminal line: control characters escaped, long ones cut in the middle
     (checkpoint paths differ at their end: cut there, two models read as one)."""
     out = escape(text)
@@ -48,7 +48,7 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
     engines = entry["engines"]
     k = s["k"]
     lines = [
-        f"model {_safe(model, config.MAX_LABEL_VALUE_LENGTH)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"
+        f"model {one_line(model, config.MAX_LABEL_VALUE_LENGTH)}  ({len(engines)} engine{'s' if len(engines) != 1 else ''}, k={k})"
     ]
     ceiling = f"   of at most {k + 1:.3f} (k+1)" if k else ""
     lines.append(f"  mean acceptance length  {_fix(s['mean_acceptance_length'])}{ceiling}")
@@ -87,7 +87,7 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         p = entry["profile"]
         lines.append("")
         if p:
-            lines.append(f"  baseline profile        {_safe(p['name'])} (lowest healthy AL {p['mean_acceptance_length']:.2f})")
+            lines.append(f"  baseline profile        {one_line(p['name'])} (lowest healthy AL {p['mean_acceptance_length']:.2f})")
         else:  # two lines: each line is escaped, so a newline inside one printed as a literal \n
             lines.append("  baseline profile        none for this name: a head partly broken from the start reads as healthy")
             lines.append("                          (the sidecar also looks up vLLM's /v1/models root and baselines.aliases)")
@@ -118,7 +118,7 @@ def _model_block(model: str, entry: dict[str, Any], interval: float | None) -> l
         for engine, e in engines.items():
             pos = "".join(f"  {_pct(v):>7}" for v in e["per_position_acceptance"])
             lines.append(
-                f"  {_safe(engine, 24):>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
+                f"  {one_line(engine, 24):>8}  {_num(e['num_drafts']):>12}  {_fix(e['mean_acceptance_length']):>6}"
                 f"  {_pct(e['acceptance_rate']):>10}{pos}{_engine_mark(states.get(engine))}"
             )
     return lines
@@ -196,6 +196,6 @@ def render_text(summary: dict[str, Any], title: str) -> str:
             warnings += e["warnings"]
     if warnings:
         lines.append(f"warnings ({len(warnings)}):")
-        lines += [f"  - {_safe(w, 400)}" for w in warnings]
+        lines += [f"  - {one_line(w, 400)}" for w in warnings]
     # Every line escaped whole: the diagnosis and anything else that quotes a label.
     return "\n".join(map(escape, lines)).rstrip() + "\n"
