@@ -24,7 +24,7 @@ from .diagnosis import CAUSE_TEXT
 from .errors import ConfigError
 from .model import engine_order
 from .parser import Sample, parse
-from .render import one_line, bar, cost_text
+from .render import bar, cost_text, one_line
 from .scenarios import load_scenario
 from .settings import Settings, build_settings
 from .simulate import Simulation, create_simulator_app
