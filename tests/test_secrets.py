@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from prom_harness import wait_for
 from security_harness import Upstream, bcrypt_hash, get, make_pki, start_exporter, tls_client, write_web_config
 from seed_records import render_dump
+from vllm_specdec_exporter.redaction import credentials, redact_url
 from vllm_specdec_exporter.settings import ConfigError, build_settings, load_settings
-from vllm_specdec_exporter.sources import credentials, redact_url
 
 METADATA = "ami-id: i-0METADATA7731"  # what a cloud metadata endpoint would say
 METRICS = render_dump({"drafts": 1000, "draft_tokens": 2000, "accepted": 1500, "per_pos": [900, 600]})
@@ -198,7 +198,7 @@ def test_no_secret_reaches_any_output_surface(tmp_path_factory, pki, url_passwor
 # A target URL's query values are secrets too (issue 19, item 9): ``?token=s3cret``
 # is shown as ``?token=<redacted>`` wherever the URL is (landing page, /api/v1/summary,
 # logs, errors; /metrics has no URL label) and never leaks, even when the target echoes
-# its own URL back. sources.redact_url and sources.credentials are the one place, as
+# its own URL back. redaction.redact_url and redaction.credentials are the one place, as
 # for a URL's user:password.
 
 
@@ -338,7 +338,7 @@ def test_harmless_short_query_values_are_not_scrubbed_from_messages():
     (token, key, secret, pass, auth, sig...) or values of 12+ characters are scrubbed from
     free text: with `format=text` scrubbed, "not Prometheus text" read "not Prometheus
     <redacted>" (review of a782915)."""
-    from vllm_specdec_exporter.sources import scrub
+    from vllm_specdec_exporter.redaction import scrub
 
     secrets = credentials("http://h:9/m?format=text&token=s3cret&x=0123456789abcdef")
     assert "text" not in secrets and {"s3cret", "0123456789abcdef"} <= set(secrets)

@@ -21,9 +21,10 @@ from .diagnosis_state import position0_healthy
 from .health import Verdict, judge
 from .model import BaselineProfile, Counters, SeriesKey, Snapshot, series_name
 from .parser import ParseError
+from .redaction import credentials, redact_url, scrub
 from .render import escape, render_text
 from .restarts import DOWN_A_LITTLE, WENT_DOWN, delta_engines
-from .sources import SourceError, credentials, read_source, redact_url, scrub
+from .sources import SourceError, read_source
 from .summary import Judge, cost, summarize
 
 PROG = "vllm-specdec-exporter"

@@ -29,8 +29,9 @@ from .metrics import sample
 from .model import Counters, SeriesKey, series_name
 from .parse_pool import Failure, Payload, Read, WorkerError
 from .parser import PayloadTooLarge
+from .redaction import credentials, redact_url, scrub
 from .settings import Settings, Target
-from .sources import MODELS_PATH, SourceError, credentials, fetch_metrics, models_url, read_served_models, redact_url, scrub
+from .sources import MODELS_PATH, SourceError, fetch_metrics, models_url, read_served_models
 from .views import POLL_DURATION_BUCKETS, ModelView, TargetView, history_windows, model_views
 
 log = structlog.get_logger("vllm_specdec_exporter")

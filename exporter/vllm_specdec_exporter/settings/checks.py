@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from .. import config, durations
 from ..errors import ConfigError, shown, shown_key
-from ..sources import redact_url
+from ..redaction import redact_url
 from .values import LIMITS
 
 
