@@ -27,6 +27,18 @@ BEFORE = counters(10000, 16000, [9000, 7000])
 AFTER = counters(16590, 16240, [9235, 7005])  # +6590 drafts, +240 accepted, [235, 5]: the broken V4-Pro case
 
 
+def k2_dump(engines) -> str:
+    """A k=2 vLLM payload of 1,000 drafts an engine: (model, engine, position 0's acceptance) each."""
+    lines = []
+    for model, engine, acc in engines:
+        lab = f'engine="{engine}",model_name="{model}"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 1000", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 2000",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1600)}",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * 1000)}',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 600)}']
+    return "\n".join(lines) + "\n"
+
+
 def error_line(proc) -> str:
     lines = proc.stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
@@ -58,14 +70,8 @@ def test_the_reports_engine_marks_are_the_verdicts_engine_states(tmp_path):
     """helper-44: the text table judged engines again from the JSON figures, its own way ("lagging",
     where health and /metrics' engine_health say degraded). It now prints the verdict's states, which
     the JSON gives as health.engines."""
-    lines = []
-    for engine, acc in (("0", 0.9), ("1", 0.9), ("2", 0.5)):  # engine 2's gain 0.8 < 0.75 x the model's 1.23
-        lab = f'engine="{engine}",model_name="m"'
-        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 1000", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 2000",
-                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1600)}",
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * 1000)}',
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 600)}']
-    (tmp_path / "m.prom").write_text("\n".join(lines) + "\n")
+    # engine 2's gain 0.8 < 0.75 x the model's 1.23
+    (tmp_path / "m.prom").write_text(k2_dump(("m", engine, acc) for engine, acc in (("0", 0.9), ("1", 0.9), ("2", 0.5))))
     out = json.loads(run_cli("report", str(tmp_path / "m.prom"), "--format", "json").stdout)
     assert out["models"]["m"]["health"]["engines"] == {"0": "ok", "1": "ok", "2": "degraded"}
     text = run_cli("report", str(tmp_path / "m.prom")).stdout.decode()
@@ -219,14 +225,7 @@ def test_two_long_model_names_that_differ_at_their_end_stay_two_in_the_text_view
     """helper-42: the header cut names at 80 characters from the front: two checkpoints of one run
     read as one model (at AL 2.500 and 1.100). The header keeps a name whole up to the label cap."""
     root = "/mnt/weights/deepseek-ai/DeepSeek-V4-Pro-finetune-run-2026-11-30-lr3e-5/checkpoints/global_step_"
-    lines = []
-    for model, acc in ((root + "1000", 0.9), (root + "2000", 0.05)):
-        lab = f'engine="0",model_name="{model}"'
-        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 1000", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 2000",
-                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {int(acc * 1600)}",
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {int(acc * 1000)}',
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {int(acc * 600)}']
-    (tmp_path / "d.prom").write_text("\n".join(lines) + "\n")
+    (tmp_path / "d.prom").write_text(k2_dump([(root + "1000", "0", 0.9), (root + "2000", "0", 0.05)]))
     out = run_cli("report", str(tmp_path / "d.prom")).stdout.decode()
     headers = [line for line in out.splitlines() if line.startswith("model ")]
     assert [h.split()[1] for h in headers] == [root + "1000", root + "2000"], headers
