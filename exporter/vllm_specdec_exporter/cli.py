@@ -25,7 +25,7 @@ from .redaction import credentials, redact_url, scrub
 from .render import escape, render_text
 from .restarts import DOWN_A_LITTLE, WENT_DOWN, delta_engines
 from .sources import SourceError, read_source
-from .summary import Judge, cost, summarize
+from .summary import Judge, cost, profile_entry, summarize
 
 PROG = "vllm-specdec-exporter"
 
@@ -186,7 +186,7 @@ def _with_profiles(summary: dict[str, Any]) -> dict[str, Any]:
     /api/v1/summary: the CLI has no history to learn a healthy AL from, nor a span)."""
     for model, entry in summary["models"].items():
         p = _profile(model, entry["all"]["k"])
-        entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
+        entry["profile"] = profile_entry(p)
         s, healthy = entry["all"], None if p is None else p.mean_acceptance_length
         step_cost = config.DETECTION.draft_step_cost
         entry["cost"] = cost(

@@ -15,7 +15,7 @@ from . import capacity, config
 from .derive import Stats, derive, invariant_violations, sum_counters
 from .diagnosis import Known
 from .health import Engines, Verdict, judge
-from .model import Counters, SeriesKey, engine_order, series_name
+from .model import BaselineProfile, Counters, SeriesKey, engine_order, series_name
 
 # model, its engines' counters -> the verdict with its likely causes (health.judge with what
 # the caller knows: profile, restarts, k changes, earlier figures).
@@ -79,6 +79,12 @@ def summarize(
         if cost_of is not None:
             models[model]["cost"] = cost_of(model, stats)
     return {"models": models, "interval_seconds": interval_seconds, "warnings": list(warnings)}
+
+
+def profile_entry(p: BaselineProfile | None) -> dict[str, Any] | None:
+    """A model's "profile" entry (the CLI's and /api/v1/summary's): the baseline profile it is judged
+    against, None without one (no healthy reference)."""
+    return None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
 
 
 def _counters_only(span: float | None) -> Judge:

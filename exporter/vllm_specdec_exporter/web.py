@@ -31,7 +31,7 @@ from .parse_pool import close_parse_pool
 from .poller import TargetPoller
 from .server import GuardedSite, Limits, RequestLog, open_file_limit
 from .settings import Settings
-from .summary import cost, summarize
+from .summary import cost, profile_entry, summarize
 from .views import TargetView
 from .webconfig.auth import Authenticator
 from .webconfig.middleware import auth_middleware
@@ -228,8 +228,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
 
     out = summarize(engines, span, warnings, verdict, cost_of, gone)
     for model, entry in out["models"].items():  # as report --format json has it (None: no healthy reference)
-        p = profiles.get(model)
-        entry["profile"] = None if p is None else {"name": p.name, "mean_acceptance_length": p.mean_acceptance_length}
+        entry["profile"] = profile_entry(profiles.get(model))
     return out
 
 
