@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import time
 
 import pytest
 from aiohttp import web
-from conftest import PAYLOADS, run_cli
+from conftest import PAYLOADS, cli_path, require, run_cli
 from http_fixtures import LoopbackServer, prom
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from seed_records import MODEL, render_dump
 
 DP8 = PAYLOADS / "vllm-v1-dp8-k2-single-process.prom"
@@ -278,9 +282,7 @@ def test_diff_refuses_reading_stdin_twice():
 
 
 def test_report_piped_into_head_ends_quietly(tmp_path):
-    import subprocess
 
-    from conftest import cli_path
     lines = []
     for e in range(3000):  # far more than a pipe buffer of output
         lab = f'engine="{e}",model_name="m"'
@@ -321,10 +323,8 @@ def test_a_file_report_or_a_refused_flag_loads_no_http_client(args, status, out,
     """`report FILE` starts in ~0.15 s instead of ~0.35 s, and serve refuses a bad flag
     as fast, because aiohttp (its connector builds an SSL context) and asyncio load only
     when a URL or the server needs them, and yaml only for a config file or profiles."""
-    import subprocess
     import sys
 
-    from conftest import cli_path
     proc = subprocess.run([sys.executable, "-X", "importtime", cli_path(), *args], capture_output=True, timeout=60)
     assert proc.returncode == status and proc.stdout.startswith(out), proc.stderr[-500:]
     loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines()
@@ -467,3 +467,127 @@ def test_a_flag_that_takes_one_value_given_twice_is_refused(flag, values, capsys
     assert f"argument {flag}: given more than once (only --vllm.url repeats)" in capsys.readouterr().err
     args = build_parser().parse_args(["serve", "--vllm.url", "http://127.0.0.1:1/a", "--vllm.url", "http://127.0.0.1:2/b", flag, values[0]])
     assert args.urls == ["http://127.0.0.1:1/a", "http://127.0.0.1:2/b"]
+
+
+# --- diff with BEFORE and AFTER swapped (issue 12 item 5): one line that says so, not one
+# restart per engine; a restart of some engines is still reported per engine. ---
+
+V1 = "vllm:spec_decode_num_"
+
+
+T0 = 1.7959717480831244e09
+
+
+def swap_dump(drafts: dict[str, int], started: dict[str, float] | None = None) -> bytes:
+    """A vLLM V1 payload: per engine, k=2 with 90 % / 70 % per-position acceptance. With
+    ``started`` (engine -> start time), the single-API-server form whose _created says when
+    each engine's counters started; without it, the multiprocess form (no _created)."""
+    reg = CollectorRegistry()
+    labels = ["engine", "model_name"]
+    c = {n: Counter(f"{V1}{n}", n, labels, registry=reg) for n in ("drafts", "draft_tokens", "accepted_tokens")}
+    pos = Counter(f"{V1}accepted_tokens_per_pos", "per pos", [*labels, "position"], registry=reg)
+    for engine, d in drafts.items():
+        p0, p1 = 9 * d // 10, 7 * d // 10
+        c["drafts"].labels(engine, "m").inc(d)
+        c["draft_tokens"].labels(engine, "m").inc(2 * d)
+        c["accepted_tokens"].labels(engine, "m").inc(p0 + p1)
+        pos.labels(engine, "m", "0").inc(p0)
+        pos.labels(engine, "m", "1").inc(p1)
+    out = []
+    for line in generate_latest(reg).decode().splitlines():
+        if "_created" in line:
+            if started is None:
+                continue
+            if not line.startswith("#"):
+                engine = line.split('engine="')[1].split('"')[0]
+                line = f"{line.rsplit(' ', 1)[0]} {started[engine]!r}"
+        out.append(line + "\n")
+    return "".join(out).encode()
+
+
+def diff_warnings(tmp_path, before: bytes, after: bytes) -> list[str]:
+    (tmp_path / "a").write_bytes(before)
+    (tmp_path / "b").write_bytes(after)
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["warnings"]
+
+
+def test_swapped_dumps_of_eight_engines_say_so_in_one_line(tmp_path):
+    """Without _created (multiprocess mode) the counters alone cannot tell swapped dumps from a
+    whole-server restart: one line says both. Counters down to half or less are a restart's
+    (RESTART_MAX_SHARE): counted from zero, one warning."""
+    older = swap_dump({str(e): 10_000 + e for e in range(8)})
+    newer = swap_dump({str(e): 25_000 + e for e in range(8)})
+    assert diff_warnings(tmp_path, older, newer) == []
+    warnings = diff_warnings(tmp_path, newer, older)
+    assert len(warnings) == 1, warnings
+    assert "look swapped" in warnings[0] and "(8)" in warnings[0]
+    (tmp_path / "a").write_bytes(newer)
+    (tmp_path / "b").write_bytes(older)
+    text = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b")).stdout.decode()
+    assert text.count("look swapped") == 1 and "went down" not in text
+
+
+def test_swapped_dumps_a_minute_apart_are_refused_in_one_line_as_swapped(tmp_path):
+    """Counters a little lower in AFTER (dumps a minute apart, swapped) are no restart's: a restart
+    starts from zero. One line, exit 2, not a restart counted from zero per engine."""
+    older = swap_dump({str(e): 10_000 + e for e in range(8)})
+    newer = swap_dump({str(e): 10_600 + e for e in range(8)})
+    (tmp_path / "a").write_bytes(newer)
+    (tmp_path / "b").write_bytes(older)
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "look swapped" in err[0] and "(8)" in err[0], err
+
+
+def test_swapped_dumps_of_one_process_are_refused_as_swapped(tmp_path):
+    """With _created (issue 31) it is known: the same process, counters lower in AFTER."""
+    one = {str(e): T0 for e in range(8)}
+    older, newer = swap_dump({str(e): 10_000 + e for e in range(8)}, one), swap_dump({str(e): 20_000 + e for e in range(8)}, one)
+    assert diff_warnings(tmp_path, older, newer) == []
+    (tmp_path / "a").write_bytes(newer)
+    (tmp_path / "b").write_bytes(older)
+    proc = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert proc.returncode != 0 and b"did not restart" in proc.stderr and b"swapped" in proc.stderr, proc.stderr
+
+
+def test_a_whole_server_restart_known_from_created_is_not_called_swapped(tmp_path):
+    before = swap_dump({str(e): 10_000 for e in range(8)}, {str(e): T0 for e in range(8)})
+    after = swap_dump({str(e): 20_000 for e in range(8)}, {str(e): T0 + 600 for e in range(8)})  # grew past, restarted
+    warnings = diff_warnings(tmp_path, before, after)
+    assert len(warnings) == 8 and all("started again at" in w for w in warnings), warnings
+    assert not any("swapped" in w for w in warnings)
+
+
+def test_a_restart_of_some_engines_is_still_named_per_engine(tmp_path):
+    before = swap_dump({str(e): 10_000 for e in range(8)})
+    after = swap_dump({**{str(e): 20_000 for e in range(6)}, "6": 50, "7": 60})
+    warnings = diff_warnings(tmp_path, before, after)
+    assert len(warnings) == 2 and all("went down" in w for w in warnings), warnings
+    assert not any("swapped" in w for w in warnings)
+    # The same with _created: engines 6 and 7 started again, the others did not.
+    same = {str(e): T0 for e in range(8)}
+    warnings = diff_warnings(tmp_path, swap_dump({str(e): 10_000 for e in range(8)}, same),
+                             swap_dump({**{str(e): 20_000 for e in range(6)}, "6": 50, "7": 60}, {**same, "6": T0 + 9, "7": T0 + 9}))
+    assert len(warnings) == 2 and all("started again at" in w for w in warnings), warnings
+
+
+# --- diff prints the same bytes whatever the interpreter's hash seed: engines only in BEFORE
+# were listed in set order, which changed from run to run. ---
+
+
+def test_engines_only_in_before_are_listed_in_the_dumps_order_under_any_hash_seed(tmp_path):
+    require(bool(cli_path()), "the vllm-specdec-exporter console script")
+    text = DP8.read_text()
+    gone = re.compile(r'engine="[1-7]"')
+    after = tmp_path / "after.prom"
+    after.write_text("".join(line for line in text.splitlines(keepends=True) if not gone.search(line)))
+    outs = set()
+    for seed in ("1", "2", "3", "4"):
+        run = subprocess.run([cli_path(), "diff", str(DP8), str(after)], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONHASHSEED": seed})
+        outs.add(run.stdout + run.stderr)
+    assert len(outs) == 1, outs
+    listed = re.findall(r'engine="(\d)"[^\n]*in the first scrape only', outs.pop())
+    assert listed == sorted(listed) and len(listed) >= 7, listed
