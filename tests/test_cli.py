@@ -282,7 +282,6 @@ def test_diff_refuses_reading_stdin_twice():
 
 
 def test_report_piped_into_head_ends_quietly(tmp_path):
-
     lines = []
     for e in range(3000):  # far more than a pipe buffer of output
         lab = f'engine="{e}",model_name="m"'
