@@ -64,8 +64,8 @@ demo: $(RUNTIME_STAMP)
 ## check: the inner loop (under a minute on 2 cores): lint, formatting, types, and the unit tier: the
 ## tests of the pure core (parser, adapters, derive, health and diagnosis, history, settings, rule
 ## generation) that start no process and are not marked long. `make test` runs them all and the rest.
-UNIT_TESTS := adapters capacity derive derive_fastpath diagnosis durations \
-  formats generators_options golden_metrics health layers metrics_registry parse_fastpath parse_speed parser \
+UNIT_TESTS := adapters capacity derive diagnosis durations \
+  formats generators_options golden_metrics health layers metrics_registry parser \
   properties registry restarts rule_groups rules_text seed_data settings history
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -136,6 +136,15 @@ def test_every_python_file_a_page_names_exists():
     assert missing == {}
 
 
+def test_every_test_file_make_check_names_exists():
+    """`make check` runs the unit tier by file name: a file folded into another left it failing."""
+    makefile = (REPO / "Makefile").read_text()
+    names = re.search(r"^UNIT_TESTS := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert names, "no UNIT_TESTS in the Makefile"
+    listed = names.group(1).replace("\\\n", " ").split()
+    assert len(listed) > 10 and [n for n in listed if not (REPO / "tests" / f"test_{n}.py").is_file()] == []
+
+
 def test_the_development_layout_names_every_module_of_the_package():
     layout = (REPO / "docs" / "development.md").read_text().split("## Layout", 1)[1].split("## ", 1)[0]
     package = REPO / "exporter" / "vllm_specdec_exporter"
