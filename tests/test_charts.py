@@ -228,6 +228,31 @@ def test_counters_that_break_vllms_invariants_draw_no_figure_on_the_landing_page
     assert "mean acceptance length <b>-</b>" in page
 
 
+def test_a_producer_without_per_position_counters_has_its_acceptance_length_drawn_to_scale():
+    """k unknown (SGLang has no per-position counters): the chart spanned 1 to k + 1 with k taken as
+    1, so an AL of 2.5 was drawn at 2, the chart's top. It now reaches the highest AL it draws."""
+    from sidecar_harness import T0, V1, Sidecar
+
+    def serve(t: float) -> bytes:
+        d, lab = 100 * (t - T0), 'engine="0",model_name="m"'
+        accepted = 1.5 * d if t <= T0 + 200 else 1.5 * 20_000 + 0.5 * (d - 20_000)  # AL 2.5, then 1.5
+        return (f"{V1}drafts_total{{{lab}}} {d:.0f}\n{V1}draft_tokens_total{{{lab}}} {3 * d:.0f}\n"
+                f"{V1}accepted_tokens_total{{{lab}}} {accepted:.0f}\n").encode()
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 400)
+            return await s.page()
+
+    page = run(go())
+    first = re.search(r'<polyline points="([^"]+)"', page)
+    assert first, page
+    heights = {float(p.split(",")[1]) for p in first.group(1).split()}
+    # 90 px from 1 to 2.5: AL 2.5 at the top (0), AL 1.5 at 90 x (2.5 - 1.5) / 1.5 = 60 (the step
+    # across the change between them); on 1 to 2, 1.5 was at 45 and 2.5 cut to the top.
+    assert {0.0, 60.0} <= heights and all(0 <= h <= 60 for h in heights), heights
+
+
 def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):
     import vllm_specdec_exporter.landing as landing
 

@@ -63,7 +63,9 @@ def _charts(mv: ModelView, settings: Settings, end: float) -> str:
     shares = [p.position_acceptance if p.drafts >= least else () for p in mv.trend]
     al = [(p.t, p.mean_acceptance_length if p.drafts >= least else None) for p in mv.trend]
     positions = [[(p.t, sh[i] if i < len(sh) else None) for p, sh in zip(mv.trend, shares, strict=True)] for i in range(k)]
-    frame = Frame(end - seconds, end, 1.0, k + 1.0)
+    # Up to k + 1; with k unknown (no per-position counters: SGLang), up to the highest AL drawn.
+    top = k + 1.0 if mv.k else max([2.0, healthy or 0.0, *(v for _, v in al if v is not None)])
+    frame = Frame(end - seconds, end, 1.0, top)
     return acceptance_length_chart(frame, al, healthy, degraded, f"acceptance length over the last {label}") + position_chart(
         Frame(end - seconds, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}"
     )
