@@ -193,7 +193,7 @@ def test_the_landing_page_draws_each_models_hour_during_a_collapse():
             text.feed(page)
             words = " ".join(" ".join(text.outside).split())
             assert "Last 1h, one point per 1m with at least 100 drafts" in words
-            assert "lowest 1.03" in words and "latest 1.03" in words
+            assert "lowest 1.03" in words and "latest 1.03" in words and "(blue; 1 to k+1 = 3; lowest" in words
             assert "against the healthy reference 2.27 (green dashes, the profile) and the degraded threshold 1.95" in words
             assert "position 0" in words and "position 1" in words
             assert "".join(text.inside).strip() == ""  # nothing for a terminal browser to print
@@ -251,6 +251,9 @@ def test_a_producer_without_per_position_counters_has_its_acceptance_length_draw
     # 90 px from 1 to 2.5: AL 2.5 at the top (0), AL 1.5 at 90 x (2.5 - 1.5) / 1.5 = 60 (the step
     # across the change between them); on 1 to 2, 1.5 was at 45 and 2.5 cut to the top.
     assert {0.0, 60.0} <= heights and all(0 <= h <= 60 for h in heights), heights
+    # No per-position chart and no per-position legend: there is nothing to draw per position.
+    assert page.count("<svg") == 1 and "acceptance per position none (no per-position counters)" in page
+    assert "(blue; 1 up, k unknown;" in page and "k+1 = 2" not in page
 
 
 def test_the_charts_are_built_again_only_when_a_step_added_a_point(monkeypatch):

@@ -66,7 +66,10 @@ def _charts(mv: ModelView, settings: Settings, end: float) -> str:
     # Up to k + 1; with k unknown (no per-position counters: SGLang), up to the highest AL drawn.
     top = k + 1.0 if mv.k else max([2.0, healthy or 0.0, *(v for _, v in al if v is not None)])
     frame = Frame(end - seconds, end, 1.0, top)
-    return acceptance_length_chart(frame, al, healthy, degraded, f"acceptance length over the last {label}") + position_chart(
+    chart = acceptance_length_chart(frame, al, healthy, degraded, f"acceptance length over the last {label}")
+    if not mv.k:  # no per-position counters: nothing to draw per position
+        return chart
+    return chart + position_chart(
         Frame(end - seconds, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}"
     )
 
@@ -108,11 +111,14 @@ def _trend(
     if last_poll is not None and last_poll - end > 2 * step:
         behind = f" (up to {esc(durations.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
+    scale, per_position = (
+        (f"1 to k+1 = {k + 1}", f"(0 to 100 %): {swatches}") if mv.k else ("1 up, k unknown", "none (no per-position counters)")
+    )
     return (
         f"<figure class=trend>{svgs}<figcaption>Last {esc(label)}{behind}, one point per "
-        f"{esc(durations.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; 1 "
-        f"to k+1 = {k + 1}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) {against}; acceptance per position "
-        f"(0 to 100 %): {swatches}.</figcaption></figure>"
+        f"{esc(durations.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; "
+        f"{scale}; lowest {min(figures):.3f}, latest {figures[-1]:.3f}) {against}; acceptance per position "
+        f"{per_position}.</figcaption></figure>"
     )
 
 
