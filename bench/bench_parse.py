@@ -97,7 +97,7 @@ def synthetic_payload(engines: int, k: int, filler_lines_per_engine: int = 400) 
 
 
 # Issue 22's targets (the cost also for the 64-engine k=8 payload); make test checks floors
-# well below them (tests/test_parse_speed.py) so that noise never fails it but a regression does.
+# well below them (tests/test_parser.py) so that noise never fails it but a regression does.
 TARGET_SPEEDUP, TARGET_COST = 75.0, 6.0
 POLLS = 8  # distinct successive payloads cycled through
 

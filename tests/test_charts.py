@@ -242,6 +242,16 @@ def test_a_producer_without_per_position_counters_has_its_acceptance_length_draw
     async def go():
         async with Sidecar(serve, T0) as s:
             await s.poll_until(T0 + 400)
+            # The charts' cache (the last render's) tells k unknown from k = 1 (helper-45: one key for both).
+            import dataclasses
+
+            from vllm_specdec_exporter.landing import _trend
+            from vllm_specdec_exporter.web import SETTINGS
+
+            mv, cache, kept = s.model(), {}, {}
+            _trend(mv, s.app[SETTINGS], T0 + 400, None, None, cache)
+            again = _trend(dataclasses.replace(mv, k=1), s.app[SETTINGS], T0 + 400, None, cache, kept)
+            assert again.count("<svg") == 2 and "k+1 = 2" in again
             return await s.page()
 
     page = run(go())

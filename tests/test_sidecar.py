@@ -462,3 +462,24 @@ def test_the_landing_page_is_built_once_per_state_not_per_request(monkeypatch):
             after = await s.page()
             assert len(built) == 2 and after != first[0]
     run(go())
+
+
+def test_the_summary_names_each_engines_state_when_two_targets_serve_one_model_each():
+    """helper-45: at the health window a model on one target takes its poller's verdict, whose engines
+    are keyed "0", "1"; with two targets the summary keys them "a/0", "a/1", so health.engines was {}."""
+
+    def serve(model: str, broken: bool):
+        def at(t: float) -> bytes:  # two engines; engine 1 of a broken one accepts next to nothing
+            d, second = 1000 + 100 * (t - T0), (0.01, 0.0) if broken else (0.9, 0.7)
+            return dump(model, d, (0.9, 0.7), T0) + dump(model, d, second, T0).replace(b'engine="0"', b'engine="1"')
+        return at
+
+    async def go():
+        async with Sidecar({"a": serve("m", False), "b": serve("n", True)}, T0) as s:
+            await s.poll_until(T0 + 335)
+            async with s.session.get(f"{s.url}/api/v1/summary") as r:  # the health window
+                return await r.json()
+
+    models = run(go())["models"]
+    assert models["m"]["health"]["engines"] == {"a/0": "ok", "a/1": "ok"}
+    assert models["n"]["health"]["engines"] == {"b/0": "ok", "b/1": "collapsed"}, models["n"]["health"]

@@ -91,7 +91,7 @@ def _trend(
     label, seconds = settings.windows[-1]
     esc, k = html.escape, max(mv.k, 1)
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
-    key: ChartKey = (mv.trend, end, healthy, k, settings.min_drafts)
+    key: ChartKey = (mv.trend, end, healthy, mv.k, settings.min_drafts)  # mv.k: k unknown (0) draws otherwise than 1
     cached = cache.get(mv.model_name) if cache is not None else None
     if cached is not None and cached[0][0] is mv.trend and cached[0][1:] == key[1:]:
         svgs = cached[1]

@@ -206,8 +206,9 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         # The health window of one target: the very verdict /metrics and the landing page show.
         served = [(v.name, mv) for v in views for mv in v.models if mv.model_name == model]
         if window == settings.health_window and len(served) == 1:
-            mv = served[0][1]
-            return Verdict(mv.health, mv.health_reason, mv.engine_health, mv.health_causes)
+            name, mv = served[0]
+            states = {f"{name}/{e}" if several else e: state for e, state in mv.engine_health.items()}  # as ``engines``
+            return Verdict(mv.health, mv.health_reason, states, mv.health_causes)
         # Any other window, or several targets: judged as the poller judges its health window,
         # with what it saw beside the counters (restarts, k changes, the figures before them,
         # position 0 within the day) and the longest window before it.
