@@ -57,18 +57,19 @@ def _charts(mv: ModelView, settings: Settings, end: float) -> str:
     ``end`` (the last step of its history), one point per step (TargetHistory.trends); no
     figure where fewer than min_drafts drafts stand behind a step."""
     label, seconds = settings.windows[-1]
-    k, least = max(mv.k, 1), settings.min_drafts
+    k, least = mv.k, settings.min_drafts
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
     degraded = settings.detection.degraded_floor_under(healthy) if healthy is not None else None
-    shares = [p.position_acceptance if p.drafts >= least else () for p in mv.trend]
     al = [(p.t, p.mean_acceptance_length if p.drafts >= least else None) for p in mv.trend]
-    positions = [[(p.t, sh[i] if i < len(sh) else None) for p, sh in zip(mv.trend, shares, strict=True)] for i in range(k)]
     # Up to k + 1; with k unknown (no per-position counters: SGLang), up to the highest AL drawn.
-    top = k + 1.0 if mv.k else max([2.0, healthy or 0.0, *(v for _, v in al if v is not None)])
-    frame = Frame(end - seconds, end, 1.0, top)
-    chart = acceptance_length_chart(frame, al, healthy, degraded, f"acceptance length over the last {label}")
-    if not mv.k:  # no per-position counters: nothing to draw per position
+    top = k + 1.0 if k else max([2.0, healthy or 0.0, *(v for _, v in al if v is not None)])
+    chart = acceptance_length_chart(
+        Frame(end - seconds, end, 1.0, top), al, healthy, degraded, f"acceptance length over the last {label}"
+    )
+    if not k:  # no per-position counters: nothing to draw per position
         return chart
+    shares = [p.position_acceptance if p.drafts >= least else () for p in mv.trend]
+    positions = [[(p.t, sh[i] if i < len(sh) else None) for p, sh in zip(mv.trend, shares, strict=True)] for i in range(k)]
     return chart + position_chart(
         Frame(end - seconds, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}"
     )

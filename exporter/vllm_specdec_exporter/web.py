@@ -168,6 +168,10 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
     """The report JSON schema over one window, across the fresh targets' ``views``."""
     settings = app[SETTINGS]
     several = len(settings.targets) > 1
+
+    def engine_key(target: str, engine: str) -> str:  # two targets can both have engine "0" (replicas): kept apart
+        return f"{target}/{engine}" if several else engine
+
     engines: dict[SeriesKey, Counters] = {}
     gone: set[SeriesKey] = set()  # summed and judged with their model, listed nowhere (as on /metrics)
     spans = {}
@@ -179,8 +183,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         for mv in v.models:
             mw = mv.windows.get(window)
             for engine, c in (mw.counters if mw else {}).items():
-                # Two targets can both have engine "0" (replicas): keep them apart.
-                key = (mv.model_name, f"{v.name}/{engine}" if several else engine)
+                key = (mv.model_name, engine_key(v.name, engine))
                 engines[key] = c
                 if mw is not None and engine not in mw.engines:
                     gone.add(key)
@@ -207,7 +210,7 @@ def summary_for(app: web.Application, window: str, views: list[TargetView]) -> d
         served = [(v.name, mv) for v in views for mv in v.models if mv.model_name == model]
         if window == settings.health_window and len(served) == 1:
             name, mv = served[0]
-            states = {f"{name}/{e}" if several else e: state for e, state in mv.engine_health.items()}  # as ``engines``
+            states = {engine_key(name, e): state for e, state in mv.engine_health.items()}
             return Verdict(mv.health, mv.health_reason, states, mv.health_causes)
         # Any other window, or several targets: judged as the poller judges its health window,
         # with what it saw beside the counters (restarts, k changes, the figures before them,
