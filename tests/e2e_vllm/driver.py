@@ -9,6 +9,7 @@ with one API server it prints a `SpecDecoding metrics` line per stats interval.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -76,8 +77,8 @@ def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
-    except OSError:
-        return 0, ""
+    except (OSError, http.client.HTTPException) as e:  # no answer: the reason in place of a body
+        return 0, f"{type(e).__name__}: {e}"
 
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -244,19 +245,29 @@ class VllmServer:
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
         self._launched = time.monotonic()
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0  # the log is appended to
         self.proc = forkserver(self.venv, self.env(), self.scratch).spawn(args, self.log, self.scratch)
 
     def wait_ready(self, timeout: float = 600) -> None:
+        seen: dict[str, str] = {}  # what the last /health got and each move, said on a timeout
+
         def ready() -> bool:
             if self.proc.poll() is not None:
-                if self.movable and "Address already in use" in self.tail():
+                # This launch's own output: a move's cause stays in the log the next launch appends to.
+                if self.movable and "Address already in use" in self.since_launch():
+                    seen[f"moved from :{self.port}"] = f"pid {self.proc.pid} ended with {self.proc.returncode}"
                     self.port = free_port()
                     self.launch()
                     return False
                 raise E2EError(f"vllm serve ({self.name}) exited with {self.proc.returncode}:\n{self.tail()}")
-            return http_get(self.url + "/health", timeout=2)[0] == 200
+            started = time.monotonic()
+            # A slow answer is still an answer: 10 s, not the 1-2 s a refused connection takes while it boots.
+            status, body = http_get(self.url + "/health", timeout=10)
+            seen["last /health"] = f"{status or body} in {time.monotonic() - started:.2f} s (pid {self.proc.pid})"
+            return status == 200
 
-        wait_for(ready, timeout, f"vllm serve ({self.name}) on {self.url}", step=0.5, on_timeout=lambda: "\n" + self.tail())
+        wait_for(ready, timeout, f"vllm serve ({self.name}) on {self.url}", step=0.5,
+                 on_timeout=lambda: f" ({'; '.join(f'{k}: {v}' for k, v in seen.items())}; {self.processes()})\n{self.tail()}")
         self.started_seconds = time.monotonic() - self._launched
 
     def stop(self) -> None:
@@ -279,6 +290,22 @@ class VllmServer:
             return True
         except ProcessLookupError:
             return False
+
+    def since_launch(self) -> str:
+        with self.log.open("rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def processes(self) -> str:
+        """The load average and this server's processes (its session) as /proc has them: said when it
+        does not become ready, to tell a stalled machine from a stuck server."""
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name
+                if int(fields[3]) == self.proc.pid:  # the session id
+                    found.append(f"{stat.parent.name} {fields[0]} cpu {(int(fields[11]) + int(fields[12])) / 100:.0f} s")
+        return f"load {Path('/proc/loadavg').read_text().split()[:3]}, session {self.proc.pid}: {', '.join(found) or 'none'}"
 
     def tail(self, n: int = 30) -> str:
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []

@@ -77,6 +77,9 @@ def serve(requests, replies) -> dict:
             pid = os.fork()
             if pid == 0:
                 return req
+            # pid_max is 32768 here: a pid can come back within a run, and an earlier server's
+            # code under it would read this one, alive, as ended.
+            codes.pop(pid, None)
             reply = {"pid": pid}
         else:
             while True:  # reap every server that ended (a zombie would keep its session alive)
