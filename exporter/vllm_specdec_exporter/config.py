@@ -57,8 +57,7 @@ WINDOW_RESOLUTION = 60
 # A window with fewer drafts than this gets no ratio gauges: at 100 drafts one
 # accepted token moves acceptance by <= 1 point, below that it is noise.
 DEFAULT_MIN_DRAFTS = 100
-# Derived gauges of a target that stopped answering vanish after this long.
-DEFAULT_STALENESS = "60s"
+DEFAULT_STALENESS = "60s"  # the derived gauges of a target that stopped answering vanish after this
 
 # --- Hostile input and scale: hard bounds on what the sidecar holds (docs/reliability.md) ---
 # Largest k accepted. vLLM's largest real k is about 10; position series at or
@@ -72,15 +71,12 @@ MAX_COUNTER_VALUE = float(2**53)
 # make room for a new one; if there is none, the new one is refused (admission.admit).
 # Both are counted and warned about once.
 DEFAULT_MAX_SERIES_PER_TARGET = 512
-# ... and over all targets together: each target holds at most this / targets.
-MAX_SERIES_TOTAL = 4096
-# Models per target: series of further models are refused.
-MAX_MODELS_PER_TARGET = 64
+MAX_SERIES_TOTAL = 4096  # ... and over all targets together: each target holds at most this / targets
+MAX_MODELS_PER_TARGET = 64  # per target: series of further models are refused
 # Longest model or engine label value kept; longer series are refused. It also
 # bounds the work of matching a baseline-profile pattern against a model name.
 MAX_LABEL_VALUE_LENGTH = 256
-# Polls faster than this are refused: they would only burn CPU.
-MIN_POLL_INTERVAL_SECONDS = 0.1
+MIN_POLL_INTERVAL_SECONDS = 0.1  # faster polls are refused: they would only burn CPU
 # Drafts one engine can make per second, generously: 2,048 running sequences at ~122 verification
 # steps/s (1,024 at 100 steps/s is 102,400). Not higher: a second, older server behind the same URL
 # is told from growth only when its lead exceeds this times the poll interval (1.25 M drafts at 5 s).
@@ -132,9 +128,8 @@ PARSE_TIMEOUT_SECONDS = 120
 
 
 class Arithmetic(Protocol):
-    """What the shared threshold formulas below compute with: a float in the sidecar, a PromQL
-    expression in the rule generator (generators/rules/context.py Expr), so that the alerts'
-    PromQL is generated from the very definition the sidecar judges with."""
+    """What the shared threshold formulas below compute with: a float in the sidecar, a PromQL expression in
+    the rule generator (rules/context.py Expr): the alerts' PromQL comes from the definition the sidecar uses."""
 
     def __sub__(self, other: int, /) -> Self: ...
     def __radd__(self, other: int, /) -> Self: ...
@@ -145,9 +140,14 @@ class Arithmetic(Protocol):
 N = TypeVar("N", bound=Arithmetic)
 
 
-# The 'degraded' threshold against a baseline profile: ONE definition, read by the sidecar's health
-# (Detection.degraded_*_under), its status page and the demo, and rendered as PromQL in the
-# alerts (AcceptanceBelowBaseline, FirstPositionAcceptanceLow).
+# The 'collapsed' and 'degraded' thresholds: ONE definition each, read by the sidecar's health
+# (Detection), its status page and the demo, and rendered as PromQL in the alerts
+# (AcceptanceCollapsed*, AcceptanceBelowBaseline, FirstPositionAcceptanceLow) and the dashboards.
+def collapse_floor(margin: N) -> N:
+    """The mean acceptance length under which a model is collapsed: 1 + ``margin``."""
+    return 1 + margin
+
+
 def degraded_gain(fraction: N, profile_al: N) -> N:
     """The speculative gain (AL - 1) under which a model is degraded: ``fraction`` of its profile's."""
     return fraction * (profile_al - 1)

@@ -292,7 +292,7 @@ def _mark(al: float, verdict: str | None, floor: float | None) -> str:
     so), else degraded (the sidecar's verdict, or under the model's degraded threshold)."""
     if math.isnan(al):
         return ""
-    if verdict == "collapsed" or al - 1 < config.DETECTION.collapse_margin:
+    if verdict == "collapsed" or al < config.collapse_floor(config.DETECTION.collapse_margin):
         return COLLAPSED_MARK
     if verdict == "degraded" or (floor is not None and al < floor):
         return DEGRADED_MARK

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from . import capacity
-from .config import Detection
+from .config import Detection, collapse_floor
 from .derive import derive, invariant_violations, sum_counters
 from .diagnosis import Earlier, Hint, Known, describe, diagnose, gain_of
 from .model import BaselineProfile, Counters
@@ -132,8 +132,8 @@ def _judge(
     al = st.mean_acceptance_length
     if al is None:  # no drafts at all (possible only with min_drafts 0)
         return Verdict("idle", "no drafts", states)
-    if al - 1.0 < det.collapse_margin:
-        reason = f"mean acceptance length {al:.3f} < {1 + det.collapse_margin:g}"
+    if al < collapse_floor(det.collapse_margin):
+        reason = f"mean acceptance length {al:.3f} < {collapse_floor(det.collapse_margin):g}"
         return Verdict("collapsed", reason + _cost(al, profile, total.k, det), states)
     bad = [e for e, s in states.items() if s in ("collapsed", "degraded")]
     floor = None if profile is None else det.degraded_floor_under(profile.mean_acceptance_length)

@@ -112,7 +112,7 @@ def context(src: Source, o: Options) -> X:
         d5=name(L, "drafts", f"rate{w}"),
         # No ratio is recorded per engine: the engine alerts divide the two rates (docs/scale.md).
         egain=f"{name(ENGINE, 'accepted_tokens', f'rate{w}')} / ({name(ENGINE, 'drafts', f'rate{w}')} >= {t['min_drafts_per_second']})",
-        collapse=f"1 + {t['collapse_margin']}",
+        collapse=str(c.collapse_floor(Expr(t["collapse_margin"]))),
         k=name(L, "num_speculative_tokens", "max"),
         where=where(src, o),
         dtr=name(L, "drafts", f"rate{tr}"),

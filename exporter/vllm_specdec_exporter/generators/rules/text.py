@@ -103,7 +103,7 @@ def alert_figures(o: Options, alert: str | None) -> dict[str, str]:
         "day_range": o.day_range,
         "request_extremes_window": o.request_extremes_window,
         "fast_collapse_range": fast,
-        "collapse_al": f"{1 + float(t['collapse_margin']):g}",
+        "collapse_al": f"{c.collapse_floor(float(t['collapse_margin'])):g}",
         "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * durations.parse_duration(o.range(fast)):,.0f}",
         "chain_healthy": f"{CHAIN_HEALTHY_FACTOR * float(t['chain_conditional_floor']):g}",
         "drop_percent": _percent(t["drop_fraction"]),
