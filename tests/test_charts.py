@@ -251,7 +251,8 @@ def test_a_producer_without_per_position_counters_has_its_acceptance_length_draw
             mv, cache, kept = s.model(), {}, {}
             _trend(mv, s.app[SETTINGS], T0 + 400, None, None, cache)
             again = _trend(dataclasses.replace(mv, k=1), s.app[SETTINGS], T0 + 400, None, cache, kept)
-            assert again.count("<svg") == 2 and "k+1 = 2" in again
+            # (AL 2.5 over k + 1 = 2, as after a rollout from a higher k, is drawn to scale and said.)
+            assert again.count("<svg") == 2 and "1 to 2.50, k having been higher" in again
             return await s.page()
 
     page = run(go())
@@ -314,3 +315,34 @@ def test_no_chart_without_enough_drafts():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_k_lowered_within_the_hour_keeps_its_earlier_acceptance_length_to_scale():
+    """Stop 56 noticed: the chart spanned 1 to the new k + 1, so a rollout from k=4 (AL 4.5) to k=2
+    (AL 2.5) within the hour drew the earlier points at 3, the chart's top."""
+    from sidecar_harness import T0, V1, Sidecar
+
+    def serve(t: float) -> bytes:
+        second = t > T0 + 200  # a rollout to k=2: a new process, its counters from zero
+        k, al, start = (2, 2.5, T0 + 200) if second else (4, 4.5, T0)
+        d, lab = 100 * (t - start), 'engine="0",model_name="m"'
+        per_pos = (0.8, 0.7) if second else (0.95, 0.9, 0.85, 0.8)  # sums to AL - 1
+        return (f"{V1}drafts_total{{{lab}}} {d:.0f}\n{V1}drafts_created{{{lab}}} {start!r}\n"
+                f"{V1}draft_tokens_total{{{lab}}} {k * d:.0f}\n{V1}accepted_tokens_total{{{lab}}} {(al - 1) * d:.0f}\n"
+                + "".join(f'{V1}accepted_tokens_per_pos_total{{{lab},position="{i}"}} {s * d:.0f}\n'
+                          for i, s in enumerate(per_pos))).encode()
+
+    async def go():
+        async with Sidecar(serve, T0) as s:
+            await s.poll_until(T0 + 500)
+            assert s.model().k == 2
+            return await s.page()
+
+    page = run(go())
+    first = re.search(r'<polyline points="([^"]+)"', page)
+    assert first, page
+    heights = {float(p.split(",")[1]) for p in first.group(1).split()}
+    # 90 px from 1 to 4.5: AL 4.5 at the top (0), AL 2.5 at 90 x (4.5 - 2.5) / 3.5 = 51.4; on 1 to 3
+    # (the new k + 1) 2.5 was at 22.5 and 4.5 cut to the top.
+    assert {0.0, 51.4} <= heights and all(0 <= h <= 51.4 for h in heights), heights
+    assert "(blue; 1 to 4.50, k having been higher within the window;" in page and "k+1 = 3" not in page

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from . import __version__, config, durations
 from .baselines import NO_BASELINE
@@ -61,8 +61,7 @@ def _charts(mv: ModelView, settings: Settings, end: float) -> str:
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
     degraded = settings.detection.degraded_floor_under(healthy) if healthy is not None else None
     al = [(p.t, p.mean_acceptance_length if p.drafts >= least else None) for p in mv.trend]
-    # Up to k + 1; with k unknown (no per-position counters: SGLang), up to the highest AL drawn.
-    top = k + 1.0 if k else max([2.0, healthy or 0.0, *(v for _, v in al if v is not None)])
+    top = _al_top(k, healthy, (v for _, v in al if v is not None))
     chart = acceptance_length_chart(
         Frame(end - seconds, end, 1.0, top), al, healthy, degraded, f"acceptance length over the last {label}"
     )
@@ -73,6 +72,12 @@ def _charts(mv: ModelView, settings: Settings, end: float) -> str:
     return chart + position_chart(
         Frame(end - seconds, end, 0.0, 1.0), positions, f"acceptance per position over the last {label}"
     )
+
+
+def _al_top(k: int, healthy: float | None, figures: Iterable[float]) -> float:
+    """The acceptance length chart's top: k + 1, AL's bound; the highest AL drawn where that is higher
+    (k unknown: no per-position counters, as SGLang; or k lowered within the window)."""
+    return max([k + 1.0 if k else 2.0, healthy or 0.0, *figures])
 
 
 def _trend(
@@ -112,9 +117,9 @@ def _trend(
     if last_poll is not None and last_poll - end > 2 * step:
         behind = f" (up to {esc(durations.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
-    scale, per_position = (
-        (f"1 to k+1 = {k + 1}", f"(0 to 100 %): {swatches}") if mv.k else ("1 up, k unknown", "none (no per-position counters)")
-    )
+    top = _al_top(mv.k, healthy, figures)
+    scale = f"1 to k+1 = {k + 1}" if top == mv.k + 1 else f"1 to {top:.2f}, k having been higher within the window" if mv.k else "1 up, k unknown"
+    per_position = f"(0 to 100 %): {swatches}" if mv.k else "none (no per-position counters)"
     return (
         f"<figure class=trend>{svgs}<figcaption>Last {esc(label)}{behind}, one point per "
         f"{esc(durations.format_duration(step))} with at least {settings.min_drafts:,} drafts: acceptance length (blue; "
