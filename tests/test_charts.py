@@ -228,6 +228,13 @@ def test_counters_that_break_vllms_invariants_draw_no_figure_on_the_landing_page
     assert "mean acceptance length <b>-</b>" in page
 
 
+def al_heights(page: str) -> set[float]:
+    """The heights of the acceptance length chart's points (its first line), in pixels from the top."""
+    first = re.search(r'<polyline points="([^"]+)"', page)
+    assert first, page
+    return {float(p.split(",")[1]) for p in first.group(1).split()}
+
+
 def test_a_producer_without_per_position_counters_has_its_acceptance_length_drawn_to_scale():
     """k unknown (SGLang has no per-position counters): the chart spanned 1 to k + 1 with k taken as
     1, so an AL of 2.5 was drawn at 2, the chart's top. It now reaches the highest AL it draws."""
@@ -256,9 +263,7 @@ def test_a_producer_without_per_position_counters_has_its_acceptance_length_draw
             return await s.page()
 
     page = run(go())
-    first = re.search(r'<polyline points="([^"]+)"', page)
-    assert first, page
-    heights = {float(p.split(",")[1]) for p in first.group(1).split()}
+    heights = al_heights(page)
     # 90 px from 1 to 2.5: AL 2.5 at the top (0), AL 1.5 at 90 x (2.5 - 1.5) / 1.5 = 60 (the step
     # across the change between them); on 1 to 2, 1.5 was at 45 and 2.5 cut to the top.
     assert {0.0, 60.0} <= heights and all(0 <= h <= 60 for h in heights), heights
@@ -339,9 +344,7 @@ def test_a_k_lowered_within_the_hour_keeps_its_earlier_acceptance_length_to_scal
             return await s.page()
 
     page = run(go())
-    first = re.search(r'<polyline points="([^"]+)"', page)
-    assert first, page
-    heights = {float(p.split(",")[1]) for p in first.group(1).split()}
+    heights = al_heights(page)
     # 90 px from 1 to 4.5: AL 4.5 at the top (0), AL 2.5 at 90 x (4.5 - 2.5) / 3.5 = 51.4; on 1 to 3
     # (the new k + 1) 2.5 was at 22.5 and 4.5 cut to the top.
     assert {0.0, 51.4} <= heights and all(0 <= h <= 51.4 for h in heights), heights
