@@ -118,7 +118,12 @@ def _trend(
         behind = f" (up to {esc(durations.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
     top = _al_top(mv.k, healthy, figures)
-    scale = f"1 to k+1 = {k + 1}" if top == mv.k + 1 else f"1 to {top:.2f}, k having been higher within the window" if mv.k else "1 up, k unknown"
+    if not mv.k:
+        scale = "1 up, k unknown"
+    elif top == mv.k + 1:
+        scale = f"1 to k+1 = {k + 1}"
+    else:
+        scale = f"1 to {top:.2f}, k having been higher within the window"
     per_position = f"(0 to 100 %): {swatches}" if mv.k else "none (no per-position counters)"
     return (
         f"<figure class=trend>{svgs}<figcaption>Last {esc(label)}{behind}, one point per "
