@@ -52,16 +52,15 @@ def _engine_table(mv: ModelView, w: ModelWindow | None) -> str:
 LANDING_CHARTS = config.MAX_MODELS_PER_TARGET
 
 
-def _charts(mv: ModelView, settings: Settings, end: float) -> str:
+def _charts(mv: ModelView, settings: Settings, end: float, top: float) -> str:
     """The model's acceptance length and per-position acceptance over the longest window up to
     ``end`` (the last step of its history), one point per step (TargetHistory.trends); no
-    figure where fewer than min_drafts drafts stand behind a step."""
+    figure where fewer than min_drafts drafts stand behind a step. The AL chart spans 1 to ``top``."""
     label, seconds = settings.windows[-1]
     k, least = mv.k, settings.min_drafts
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
     degraded = settings.detection.degraded_floor_under(healthy) if healthy is not None else None
     al = [(p.t, p.mean_acceptance_length if p.drafts >= least else None) for p in mv.trend]
-    top = _al_top(k, healthy, (v for _, v in al if v is not None))
     chart = acceptance_length_chart(
         Frame(end - seconds, end, 1.0, top), al, healthy, degraded, f"acceptance length over the last {label}"
     )
@@ -97,15 +96,16 @@ def _trend(
     label, seconds = settings.windows[-1]
     esc, k = html.escape, max(mv.k, 1)
     healthy = mv.profile.mean_acceptance_length if mv.profile else None
+    figures = [al for p in enough if (al := p.mean_acceptance_length) is not None]
+    top = _al_top(mv.k, healthy, figures)  # the chart's and its caption's
     key: ChartKey = (mv.trend, end, healthy, mv.k, settings.min_drafts)  # mv.k: k unknown (0) draws otherwise than 1
     cached = cache.get(mv.model_name) if cache is not None else None
     if cached is not None and cached[0][0] is mv.trend and cached[0][1:] == key[1:]:
         svgs = cached[1]
     else:
-        svgs = _charts(mv, settings, end)
+        svgs = _charts(mv, settings, end, top)
     if kept is not None:
         kept[mv.model_name] = (key, svgs)
-    figures = [al for p in enough if (al := p.mean_acceptance_length) is not None]
     against = (
         f"against the healthy reference {healthy:.2f} (green dashes, the profile) and the degraded threshold "
         f"{settings.detection.degraded_floor_under(healthy):.3f} (orange dots)"
@@ -117,7 +117,6 @@ def _trend(
     if last_poll is not None and last_poll - end > 2 * step:
         behind = f" (up to {esc(durations.format_duration(round(last_poll - end)))} before the last poll: no drafts since)"
     swatches = ", ".join(f'<span style="color:{POSITIONS[i % len(POSITIONS)]}">&#9632; position {i}</span>' for i in range(k))
-    top = _al_top(mv.k, healthy, figures)
     if not mv.k:
         scale = "1 up, k unknown"
     elif top == mv.k + 1:
