@@ -32,10 +32,13 @@ def test_k_the_baseline_and_the_invariant_alert_run_every_3_minutes(variant):
     assert {"namespace_pod_model_name:vllm_specdec_num_speculative_tokens:max",
             "namespace_pod_model_name:vllm_specdec_baseline_mean_acceptance_length:max"} <= long
     # None pages: the invariant alert is info, EngineLagging a warning with a 15m `for`,
-    # AcceptanceShifted one that reads records of the long group.
+    # AcceptanceShifted one that reads records of the long group; the two info alerts over the
+    # hour (the last position wasted, the per-request extremes) read what changes every 3 minutes.
     assert names(g["vllm-specdec-alerts-long"]) == {"VLLMSpecDecodeCounterInvariantViolated",
                                                     "VLLMSpecDecodeEngineLagging",
-                                                    "VLLMSpecDecodeAcceptanceShifted"}
+                                                    "VLLMSpecDecodeAcceptanceShifted",
+                                                    "VLLMSpecDecodeSpeculativeTokensWasted",
+                                                    "VLLMSpecDecodeRequestAcceptanceExtreme"}
     # The pages and the warnings are judged every evaluation.
     assert {"VLLMSpecDecodeAcceptanceCollapsedFast", "VLLMSpecDecodeAcceptanceCollapsed",
             "VLLMSpecDecodeEngineCollapsed", "VLLMSpecDecodeAcceptanceBelowBaseline"} <= names(g["vllm-specdec-alerts"])

@@ -195,7 +195,7 @@ ALERT_NOTES: dict[str, tuple[str, str, str, str]] = {
         "garbled output (low end), repetition loops (high end)",
         "not yet calibrated on real traffic: no vLLM release has the histogram",
         "from onset at steady traffic: 21 min (every request extreme) to 45 min (20 % of them): the "
-        "{request_extremes_window} share passes {request_percent}, then {for}",
+        "{request_extremes_window} share passes {request_percent}, then {for} (judged every {long_interval}: up to {long_interval} more)",
     ),
 }
 

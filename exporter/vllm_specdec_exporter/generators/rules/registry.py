@@ -39,7 +39,9 @@ class Alert:
     likely_cause: str | None = None
     sidecar_only: bool = False  # needs the sidecar's own series (profiles as gauges, up, build info)
     # Judged at the long group's interval (docs/scale.md): an alert that does not page and reads
-    # every engine's series, which would otherwise cost as much as a raw counter's 5m rates.
+    # every engine's series, which would otherwise cost as much as a raw counter's 5m rates; or an
+    # info alert over the hourly window, whose inputs the long group records or that barely move in
+    # its interval (judged every 30 s, it would read each record six times).
     slow: bool = False
 
 
@@ -193,6 +195,7 @@ ALERTS: tuple[Alert, ...] = (
         "The last speculative position is almost never accepted: a smaller k would save draft compute.",
         e.wasted,
         "the draft chain breaks before the last position: k beyond what the draft was trained for, or a mis-wired later layer.",
+        slow=True,
     ),
     Alert(
         "VLLMSpecDecodeAcceptanceSuspiciouslyHigh",
@@ -213,6 +216,7 @@ ALERTS: tuple[Alert, ...] = (
         "very low per-request acceptance: garbled or rare-character output (the target rejects the draft); very "
         "high: repetition loops (a corrupted state in a high-confidence loop) -- or a workload that is one or the "
         "other by design.",
+        slow=True,
     ),
 )
 ALERT_NAMES = tuple(a.name for a in ALERTS)

@@ -102,6 +102,7 @@ def alert_figures(o: Options, alert: str | None) -> dict[str, str]:
         "hourly_window": o.hourly_window,
         "day_range": o.day_range,
         "request_extremes_window": o.request_extremes_window,
+        "long_interval": o.long_group_interval(),
         "fast_collapse_range": fast,
         "collapse_al": f"{c.collapse_floor(float(t['collapse_margin'])):g}",
         "fast_collapse_drafts": f"{float(t['fast_collapse_min_drafts_per_second']) * durations.parse_duration(o.range(fast)):,.0f}",
