@@ -513,6 +513,24 @@ def prom_metrics(base: str) -> dict[str, float]:
     return out
 
 
+def evaluations(pm: dict[str, float], groups: list[str]) -> dict[str, tuple[float, float]]:
+    """Each group's last evaluation in ``pm`` (prom_metrics): (when it ran, how long it took)."""
+    last, stamps = {}, {}
+    for key, v in pm.items():
+        for g in groups:
+            if f';{g}"' in key:  # rule_group="<file>;<group>"
+                if key.startswith("prometheus_rule_group_last_duration_seconds"):
+                    last[g] = v
+                elif key.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds"):
+                    stamps[g] = v
+    return {g: (stamps[g], last[g]) for g in groups if g in stamps and g in last}
+
+
+def median(values: list[float]) -> float:
+    each = sorted(values)
+    return each[len(each) // 2] if each else math.nan
+
+
 def query(base: str, q: str) -> list[dict]:
     out = json.loads(get(f"{base}/api/v1/query?query={urllib.parse.quote(q)}"))
     assert out["status"] == "success", out
@@ -688,7 +706,14 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             "the reference rules' first evaluation",
             step=1,
         )
-        reference_cpu = cpu_over(REFERENCE_WINDOW)
+        # Its evaluations' durations too, polled as the rules' are below: a ratio of wall-clock
+        # durations in one run, which a slower or busier machine stretches on both sides.
+        cpu0, wall0, reference_took = cpu_seconds(proc.pid), time.monotonic(), {}
+        while time.monotonic() - wall0 < REFERENCE_WINDOW:
+            for stamp, took in evaluations(prom_metrics(base), ["reference"]).values():
+                reference_took[stamp] = took
+            time.sleep(2)
+        reference_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
@@ -703,15 +728,8 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         while time.monotonic() < deadline:
             if cpu_share is None and wall0 is not None and time.monotonic() - wall0 >= cpu_window:
                 cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
-            pm = prom_metrics(base)
-            last, stamps = {}, {}
-            for key, v in pm.items():
-                for g in groups:
-                    if f';{g}"' in key:
-                        if key.startswith("prometheus_rule_group_last_duration_seconds"):
-                            last[g] = v
-                        elif key.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds"):
-                            stamps[g] = v
+            now = evaluations(prom_metrics(base), groups)
+            stamps, last = {g: e[0] for g, e in now.items()}, {g: e[1] for g, e in now.items()}
             if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
                 if wall0 is None:
                     cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
@@ -730,12 +748,19 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         else:
             raise SystemExit(f"bench_fleet: fewer than {needed} evaluations of {groups} in time")
         for g in groups:
-            each = sorted(durations_of[g].values())
             print(
-                f"#   group {g} (every {intervals[g]:.0f} s): median {each[len(each) // 2]:.3f} s, worst "
-                f"{worst_group[g]:.3f} s over {len(seen[g])} evaluations",
+                f"#   group {g} (every {intervals[g]:.0f} s): median {median(list(durations_of[g].values())):.3f} s, "
+                f"worst {worst_group[g]:.3f} s over {len(seen[g])} evaluations",
                 file=sys.stderr,
             )
+        # The rules' evaluation time per interval (each group's median, a slower group's share of
+        # it) against the reference group's median over its own window.
+        eval_per_interval = sum(median(list(durations_of[g].values())) * INTERVAL / intervals[g] for g in groups)
+        reference_eval = median(list(reference_took.values()))
+        print(
+            f"#   reference group: median {reference_eval:.3f} s over {len(reference_took)} evaluations",
+            file=sys.stderr,
+        )
         costly = sorted(
             (
                 (r["evaluationTime"], r["name"], g["name"])
@@ -797,6 +822,9 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             # (nan where the denominator is under 0.1 CPU second over its window: ten clock ticks)
             "rules_cpu_to_reference_ratio": _ratio(cpu_share - scrape_cpu, reference_cpu - scrape_cpu),
             "rules_cpu_to_scrape_ratio": _ratio(cpu_share - scrape_cpu, scrape_cpu),
+            "rule_eval_seconds_median_per_interval": eval_per_interval,
+            "reference_eval_seconds_median": reference_eval,
+            "rule_eval_to_reference_eval_ratio": eval_per_interval / reference_eval if reference_eval > 0 else math.nan,
             "recorded_series": recorded,
             "recorded_series_per_engine": recorded / fleet.engines,
             "rss_mb": rss,
@@ -853,6 +881,9 @@ def main(argv: list[str] | None = None) -> int:
                     "reference_rules_cpu_seconds_per_interval",
                     "rules_cpu_to_reference_ratio",
                     "rules_cpu_to_scrape_ratio",
+                    "rule_eval_seconds_median_per_interval",
+                    "reference_eval_seconds_median",
+                    "rule_eval_to_reference_eval_ratio",
                     "recorded_series_per_engine",
                     "rss_mb",
                     "series_scraped",
@@ -889,7 +920,8 @@ def main(argv: list[str] | None = None) -> int:
         r = results[v, top]
         print(
             f"fleet_{v.replace('-', '_')}_{top}_ratios: rules {r['rules_cpu_to_reference_ratio']:.1f}x the reference "
-            f"rules' CPU, {r['rules_cpu_to_scrape_ratio']:.2f}x scraping's (load average up to {r['load_average']:.1f})"
+            f"rules' CPU, {r['rules_cpu_to_scrape_ratio']:.2f}x scraping's; their median evaluation time "
+            f"{r['rule_eval_to_reference_eval_ratio']:.1f}x the reference's (load average up to {r['load_average']:.1f})"
         )
     # The target per group: the groups at the evaluation interval together within a tenth of it,
     # a slower group within a tenth of its own. Wall-clock durations grow with the machine's load

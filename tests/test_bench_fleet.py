@@ -37,3 +37,20 @@ def test_every_recorded_series_read_over_a_range_has_a_history(variant: str, pay
     read_with = [(name.split(":")[0], labels, v) for name, labels, v, _ in history if ":vllm_specdec_position_drafts:rate5m" in name]
     assert read_with and all("position" not in labels for _, labels, _ in read_with), read_with
     assert {(level, labels.get("pod"), v) for level, labels, v in read_with} <= drafts
+
+
+def test_each_groups_last_evaluation_is_read_by_its_own_name_after_the_file():
+    """The reference ratio reads the reference group's durations as the rules' are read: a group's
+    name after "<file>;", never a longer name that starts with it."""
+    key = 'prometheus_rule_group_last_{}{{rule_group="/tmp/b/{}.yaml;{}"}}'
+    pm = {
+        key.format("duration_seconds", "rules", "recording"): 0.5,
+        key.format("evaluation_timestamp_seconds", "rules", "recording"): 100.0,
+        key.format("duration_seconds", "rules", "recording-long"): 2.0,
+        key.format("evaluation_timestamp_seconds", "rules", "recording-long"): 90.0,
+        key.format("duration_seconds", "reference", "reference"): 0.25,  # not yet evaluated: no timestamp
+    }
+    assert bench_fleet.evaluations(pm, ["recording"]) == {"recording": (100.0, 0.5)}
+    assert bench_fleet.evaluations(pm, ["recording-long", "reference"]) == {"recording-long": (90.0, 2.0)}
+    assert bench_fleet.median([0.3, 0.1, 0.2]) == 0.2
+    assert bench_fleet.median([]) != bench_fleet.median([])  # nan: no evaluation is no figure
