@@ -47,6 +47,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import struct
 import sys
 import tempfile
@@ -55,6 +56,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -527,8 +529,8 @@ def evaluations(pm: dict[str, float], groups: list[str]) -> dict[str, tuple[floa
 
 
 def median(values: list[float]) -> float:
-    each = sorted(values)
-    return each[len(each) // 2] if each else math.nan
+    """The upper median (as the group lines always printed it); nan for no value."""
+    return statistics.median_high(values) if values else math.nan
 
 
 def query(base: str, q: str) -> list[dict]:
@@ -688,10 +690,12 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
 
         # Scraping alone first: Prometheus's CPU without the rules, over two intervals. CPU seconds
         # do not grow when other processes share the cores; wall-clock durations do.
-        def cpu_over(seconds: float) -> float:
-            """Prometheus's CPU cores over the next ``seconds``."""
+        def cpu_over(seconds: float, each: Callable[[], object] = lambda: None) -> float:
+            """Prometheus's CPU cores over the next ``seconds``, calling ``each`` every 2 s meanwhile."""
             cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-            time.sleep(seconds)
+            while time.monotonic() - wall0 < seconds:
+                each()
+                time.sleep(2)
             return (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
 
         load([])
@@ -708,12 +712,10 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         )
         # Its evaluations' durations too, polled as the rules' are below: a ratio of wall-clock
         # durations in one run, which a slower or busier machine stretches on both sides.
-        cpu0, wall0, reference_took = cpu_seconds(proc.pid), time.monotonic(), {}
-        while time.monotonic() - wall0 < REFERENCE_WINDOW:
-            for stamp, took in evaluations(prom_metrics(base), ["reference"]).values():
-                reference_took[stamp] = took
-            time.sleep(2)
-        reference_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+        reference_took: dict[float, float] = {}  # evaluation time -> duration
+        reference_cpu = cpu_over(
+            REFERENCE_WINDOW, lambda: reference_took.update(evaluations(prom_metrics(base), ["reference"]).values())
+        )
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
@@ -729,16 +731,15 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             if cpu_share is None and wall0 is not None and time.monotonic() - wall0 >= cpu_window:
                 cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
             now = evaluations(prom_metrics(base), groups)
-            stamps, last = {g: e[0] for g, e in now.items()}, {g: e[1] for g, e in now.items()}
-            if len(stamps) == len(groups) and all(stamps[g] > first_scrape for g in groups):
+            if len(now) == len(groups) and all(stamp > first_scrape for stamp, _ in now.values()):
                 if wall0 is None:
                     cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-                for g in groups:
-                    seen[g].add(stamps[g])
-                    worst_group[g] = max(worst_group[g], last[g])
-                    durations_of[g][stamps[g]] = last[g]
+                for g, (stamp, took) in now.items():
+                    seen[g].add(stamp)
+                    worst_group[g] = max(worst_group[g], took)
+                    durations_of[g][stamp] = took
                 # The groups at the evaluation interval run every interval: their durations add up.
-                at_interval = sum(v for g, v in last.items() if intervals[g] == INTERVAL)
+                at_interval = sum(took for g, (_, took) in now.items() if intervals[g] == INTERVAL)
                 worst = max(worst, at_interval)
                 sums.append(at_interval)
                 loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
