@@ -430,6 +430,8 @@ def recorded_history(fleet: Fleet, o: rules.Options, rule_text: str) -> list[tup
                 values = {None: float(K)}
             elif op.startswith("rate") and metric == "position_drafts":  # the drafts, read with the positions
                 values = {None: r["drafts"]}
+            elif op.startswith("rate") and metric == rules.LONG_GROUP_ACCEPTED:  # read with the draft tokens
+                values = {None: r["accepted_tokens"]}
             elif per_position and op.startswith("rate"):
                 values = positions[key]
             elif per_position and op.startswith("ratio_rate") and metric == "position_acceptance_ratio":
