@@ -121,7 +121,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 # (every engine's positions, docs/scale.md), no alert reading them judges faster than its 15m
                 # `for`, and a longer window's mean changes only when the group adds a sample.
                 # The accepted tokens are read with them too, for the ratios over the draft tokens (LONG_GROUP_RATES):
-                # over the 30 s group's, read up to an evaluation apart, a pod's first minutes read 0.72 for 0.81.
+                # over the 30 s group's, read up to an evaluation apart, a first window read 0.72 for 0.81 (test_rules).
                 for metric, counter, position in (
                     ("position_accepted_tokens", src.per_pos, ", position"),
                     ("position_drafts", src.drafts, ""),
