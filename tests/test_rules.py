@@ -287,8 +287,8 @@ def check_collapse(st: Stack, direct: bool) -> None:
     start = min(al)
     if not direct:
         for rule, gauge in ((AL_RULE, f'vllm_specdec_mean_acceptance_length{{window="8s",{PRO}}}'),
-                            # (over the accepted tokens copied with the draft tokens, every long-group interval:
-                            # over the 30 s group's, the ramp-up's first seconds read 0.72 against 0.81)
+                            # (over the accepted tokens read with the draft tokens, every long-group interval:
+                            # over the 30 s group's, the ramp-up's first seconds read 0.72-0.76 against 0.81)
                             (f"{SERVER}long_group_accepted_tokens:rate5m{{{PRO}}} / {SERVER}draft_tokens:rate5m{{{PRO}}}",
                              f'vllm_specdec_acceptance_ratio{{window="8s",{PRO}}}')):
             by_rule, by_gauge = prom.series(rule, start, end), prom.series(gauge, start, end)

@@ -44,7 +44,7 @@ from .options import (
     long_windows,
     name,
 )
-from .recording import COST_PER_SERVER, LONG_GROUP_ACCEPTED, LONG_GROUP_RATES, recording_rules
+from .recording import COST_PER_SERVER, LONG_GROUP_ACCEPTED, LONG_GROUP_RATE, recording_rules
 from .references import RECORDED_NAME, WINDOW_VARIABLE, DanglingReference, check_references, recorded, references
 from .registry import ALERT_NAMES, ALERTS, DEFAULT_FORS, SEVERITIES, Alert, alert_rules, default_options
 from .text import (
@@ -69,7 +69,7 @@ __all__ = [
     "K_LABEL",
     "K_LEVEL",
     "LONG_GROUP_ACCEPTED",
-    "LONG_GROUP_RATES",
+    "LONG_GROUP_RATE",
     "MODEL_LEVEL",
     "RECORDED_NAME",
     "RUNBOOK_PLACEHOLDER",

@@ -104,7 +104,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
             for metric, counter in counters.items():
                 if level == ENGINE and metric not in ENGINE_RATES:
                     continue
-                dest = slow if metric in LONG_GROUP_RATES else to
+                dest = slow if metric == LONG_GROUP_RATE else to
                 if from_base:
                     record(dest, name(level, metric, f"rate{w}"), f"avg_over_time({name(level, metric, f'rate{base}')}[{span}])")
                     continue
@@ -120,7 +120,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 # Every window's in the long group: the raw per-position read is the costliest of an evaluation
                 # (every engine's positions, docs/scale.md), no alert reading them judges faster than its 15m
                 # `for`, and a longer window's mean changes only when the group adds a sample.
-                # The accepted tokens are read with them too, for the ratios over the draft tokens (LONG_GROUP_RATES):
+                # The accepted tokens are read with them too, for the ratios over the draft tokens (LONG_GROUP_RATE):
                 # over the 30 s group's, read up to an evaluation apart, a first window read 0.72 for 0.81 (test_rules).
                 for metric, counter, position in (
                     ("position_accepted_tokens", src.per_pos, ", position"),
@@ -145,7 +145,7 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
                 continue
             # Dividing by "(x > 0)" leaves no sample, not NaN, when there were no drafts.
             record(to, name(level, "mean_acceptance_length", f"ratio_rate{w}"), f"1 + {accepted} / ({drafts} > 0)")
-            # The ratios over the long-group rates, in that group, over the rates read with them.
+            # The two ratios over the draft tokens (LONG_GROUP_RATE), in its group, over the rates read with them.
             with_long = name(level, LONG_GROUP_ACCEPTED, f"rate{w}")
             record(
                 slow,
@@ -298,12 +298,12 @@ def recording_rules(src: Source, o: Options) -> tuple[list[Rule], list[Rule]]:
     return fast, slow
 
 
-# Recorded every long-group interval at every window, with the ratios over them (issue 35): the raw read
-# was among the costliest of a 30 s evaluation (docs/scale.md), and no page reads them (the acceptance-rate
-# and draft-length panels step at that interval). Not the generation tokens: NotDrafting reads them per
+# Recorded every long-group interval at every window, with the acceptance ratio and effective draft length
+# over it (issue 35): the raw read was among the costliest of a 30 s evaluation (docs/scale.md), and no page
+# reads it (those panels step at that interval). Not the generation tokens: NotDrafting reads them per
 # server, and a record of the long group outlives a removed pod's drafts by up to its interval, which
 # would set it pending on every pod a rollout removes.
-LONG_GROUP_RATES = ("draft_tokens",)
+LONG_GROUP_RATE = "draft_tokens"
 LONG_GROUP_ACCEPTED = "long_group_accepted_tokens"
 
 # What a head costs, kept per server although no rule reads it (the on-call page and the dashboard do).
