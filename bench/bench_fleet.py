@@ -511,6 +511,7 @@ def prom_metrics(base: str) -> dict[str, float]:
             line.startswith("prometheus_rule_group_")
             or line.startswith("process_resident_memory_bytes")
             or line.startswith("prometheus_tsdb_head_series ")
+            or line.startswith("go_gc_duration_seconds_count ")
         ):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
@@ -563,6 +564,38 @@ def settle(base: str) -> None:
         if now != last:
             last, quiet_since = now, time.monotonic()
     print(f"# compactions settled after {time.monotonic() - started:.0f} s ({last:.0f} compactions)", file=sys.stderr, flush=True)
+
+
+class CpuWindow:
+    """Prometheus's CPU cores over whole garbage-collection cycles: from the end of one collection
+    to the end of the first one at least ``seconds`` later. A collection marks the whole heap (~1.5
+    CPU s at 10,000 engines) and comes every 2 minutes when little is allocated (Go's forced
+    collection) or every ~45 s with the rules: a window cut by the clock held two or three of them
+    (scraping alone, 0.82 and 0.96 CPU s an interval in one run, stop 60), which moved every figure
+    charged net of it. ``poll`` (call it every second or two) returns the cores once the window ends."""
+
+    def __init__(self, base: str, pid: int, seconds: float):
+        self.base, self.pid, self.seconds = base, pid, seconds
+        self.before = self._collections()
+        self.cpu0 = self.wall0 = 0.0
+        self.started, self.due = False, math.inf  # due: the collections counted once the window is long enough
+        self.cycles = self.length = math.nan
+
+    def _collections(self) -> float:
+        return prom_metrics(self.base)["go_gc_duration_seconds_count"]
+
+    def poll(self) -> float | None:
+        n, now = self._collections(), time.monotonic()
+        if not self.started:
+            if n > self.before:
+                self.started, self.before, self.cpu0, self.wall0 = True, n, cpu_seconds(self.pid), now
+            return None
+        if self.due == math.inf and now - self.wall0 >= self.seconds:
+            self.due = n
+        if n <= self.due:
+            return None
+        self.cycles, self.length = n - self.before, now - self.wall0
+        return (cpu_seconds(self.pid) - self.cpu0) / self.length
 
 
 def cpu_seconds(pid: int) -> float:
@@ -692,17 +725,25 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
 
         # Scraping alone first: Prometheus's CPU without the rules, over two intervals. CPU seconds
         # do not grow when other processes share the cores; wall-clock durations do.
-        def cpu_over(seconds: float, each: Callable[[], object] = lambda: None) -> float:
-            """Prometheus's CPU cores over the next ``seconds``, calling ``each`` every 2 s meanwhile."""
-            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-            while time.monotonic() - wall0 < seconds:
+        windows: dict[str, CpuWindow] = {}  # each CPU window: its garbage collections and length
+
+        def cpu_over(seconds: float, window: str, each: Callable[[], object] = lambda: None) -> float:
+            """Prometheus's CPU cores over whole collection cycles spanning at least ``seconds``
+            (CpuWindow), calling ``each`` every 2 s meanwhile."""
+            w = windows[window] = CpuWindow(base, proc.pid, seconds)
+            # Go collects at least every 2 minutes: two cycles at most beyond the window.
+            deadline = time.monotonic() + seconds + 300
+            while time.monotonic() < deadline:
                 each()
                 time.sleep(2)
-            return (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+                cores = w.poll()
+                if cores is not None:
+                    return cores
+            raise SystemExit(f"bench_fleet: no garbage collection in Prometheus for {seconds + 300:.0f} s")
 
         load([])
         wait_for(scraped, 120, "every target's first scrape", step=1)
-        scrape_cpu = cpu_over(REFERENCE_WINDOW)
+        scrape_cpu = cpu_over(REFERENCE_WINDOW, "scrape_before")
         # The reference file next, over the same span, once its first evaluation has run.
         load([str(tmp / "reference.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
@@ -716,7 +757,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # durations in one run, which a slower or busier machine stretches on both sides.
         reference_took: dict[float, float] = {}  # evaluation time -> duration
         reference_cpu = cpu_over(
-            REFERENCE_WINDOW, lambda: reference_took.update(evaluations(prom_metrics(base), ["reference"]).values())
+            REFERENCE_WINDOW, "reference", lambda: reference_took.update(evaluations(prom_metrics(base), ["reference"]).values())
         )
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
@@ -726,16 +767,16 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         worst, seen, sums, loads = 0.0, defaultdict(set), [], []
         worst_group: dict[str, float] = defaultdict(float)
         durations_of: dict[str, dict[float, float]] = defaultdict(dict)  # per group: evaluation time -> duration
-        cpu0 = wall0 = None
+        rules_window: CpuWindow | None = None
         cpu_share = None
         deadline = time.monotonic() + cpu_window + 4 * longest
         while time.monotonic() < deadline:
-            if cpu_share is None and wall0 is not None and time.monotonic() - wall0 >= cpu_window:
-                cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+            if cpu_share is None and rules_window is not None:
+                cpu_share = rules_window.poll()
             now = evaluations(prom_metrics(base), groups)
             if len(now) == len(groups) and all(stamp > first_scrape for stamp, _ in now.values()):
-                if wall0 is None:
-                    cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+                if rules_window is None:
+                    rules_window = windows["rules"] = CpuWindow(base, proc.pid, cpu_window)
                 for g, (stamp, took) in now.items():
                     seen[g].add(stamp)
                     worst_group[g] = max(worst_group[g], took)
@@ -793,7 +834,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # which flattered the rules' figure. The rules are charged against the lower of the two.
         load([])
         time.sleep(INTERVAL)
-        scrape_after = cpu_over(REFERENCE_WINDOW)
+        scrape_after = cpu_over(REFERENCE_WINDOW, "scrape_after")
         scrape_before, scrape_cpu = scrape_cpu, min(scrape_cpu, scrape_after)
         missed = sum(
             v
@@ -835,6 +876,9 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             "iterations_missed": missed,
             "backfill_samples": samples,
             "history_full": float(day_full),
+            # Each CPU window's garbage collections and length (CpuWindow).
+            **{f"gc_cycles_{name}": w.cycles for name, w in windows.items()},
+            **{f"cpu_window_seconds_{name}": w.length for name, w in windows.items()},
         }
 
 
@@ -893,6 +937,11 @@ def main(argv: list[str] | None = None) -> int:
                     "head_series",
                     "iterations_missed",
                     "history_full",
+                    *(
+                        f"{what}_{window}"
+                        for what in ("gc_cycles", "cpu_window_seconds")
+                        for window in ("scrape_before", "reference", "rules", "scrape_after")
+                    ),
                 ):
                     value = r[key]
                     print(

@@ -54,3 +54,28 @@ def test_each_groups_last_evaluation_is_read_by_its_own_name_after_the_file():
     assert bench_fleet.evaluations(pm, ["recording-long", "reference"]) == {"recording-long": (90.0, 2.0)}
     assert bench_fleet.median([0.3, 0.1, 0.2]) == 0.2
     assert bench_fleet.median([]) != bench_fleet.median([])  # nan: no evaluation is no figure
+
+
+def test_a_cpu_window_spans_whole_garbage_collection_cycles(monkeypatch: pytest.MonkeyPatch):
+    """A collection marks the whole heap (~1.5 CPU s at 10,000 engines), a few a window: the window
+    starts at the end of one and ends at the end of the first one at least ``seconds`` later, so it
+    holds whole cycles (a window cut by the clock held two or three in one run: 0.82 and 0.96 CPU s)."""
+    clock = {"t": 0.0}
+    # (time, collections so far, Prometheus's CPU seconds so far), one a poll
+    polls = iter([(0, 5, 0), (10, 5, 1), (20, 6, 3), (200, 7, 20), (320, 7, 30), (330, 7, 31), (345, 8, 35), (350, 9, 36)])
+
+    def metrics(base: str) -> dict[str, float]:
+        t, n, cpu = next(polls)
+        clock["t"], clock["cpu"] = t, cpu
+        return {"go_gc_duration_seconds_count": n}
+
+    monkeypatch.setattr(bench_fleet, "prom_metrics", metrics)
+    monkeypatch.setattr(bench_fleet, "cpu_seconds", lambda pid: clock["cpu"])
+    monkeypatch.setattr(bench_fleet.time, "monotonic", lambda: clock["t"])
+    w = bench_fleet.CpuWindow("http://prometheus", 1, seconds=300)  # reads the first poll: 5 collections
+    got = [w.poll() for _ in range(6)]
+    # Starts at the 6th collection's end (t=20, 3 CPU s); 300 s later (t=320) 7 have ended; the 8th
+    # ends the window at t=345: two whole cycles in 325 s, 32 CPU s.
+    assert got[:5] == [None] * 5
+    assert got[5] == pytest.approx(32 / 325)
+    assert (w.cycles, w.length) == (2, 325)
