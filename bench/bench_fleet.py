@@ -723,8 +723,8 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             up = query(base, 'up{job="fleet"}')
             return len(up) == len(fleet.per_target) and all(u["value"][1] == "1" for u in up)
 
-        # Scraping alone first: Prometheus's CPU without the rules, over two intervals. CPU seconds
-        # do not grow when other processes share the cores; wall-clock durations do.
+        # Scraping alone first: Prometheus's CPU without the rules, over at least REFERENCE_WINDOW.
+        # CPU seconds do not grow when other processes share the cores; wall-clock durations do.
         windows: dict[str, CpuWindow] = {}  # each CPU window: its garbage collections and length
 
         def cpu_over(seconds: float, window: str, each: Callable[[], object] = lambda: None) -> float:
@@ -763,7 +763,9 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         wait_for(scraped, 120, "every target's first scrape", step=1)
         first_scrape = time.time()
         # Worst over the evaluations of every group after the first scrape. The CPU is counted from
-        # the end of every group's first evaluation (which creates the recorded series): the steady state.
+        # the first collection after every group's first evaluation (which creates the recorded
+        # series): the steady state. A window longer than cpu_window may still hold only two
+        # evaluations of a 3-minute group: their share is undercounted by up to a sixth (stop 60).
         worst, seen, sums, loads = 0.0, defaultdict(set), [], []
         worst_group: dict[str, float] = defaultdict(float)
         durations_of: dict[str, dict[float, float]] = defaultdict(dict)  # per group: evaluation time -> duration
