@@ -572,20 +572,18 @@ class CpuWindow:
     CPU s at 10,000 engines) and comes every 2 minutes when little is allocated (Go's forced
     collection) or every ~45 s with the rules: a window cut by the clock held two or three of them
     (scraping alone, 0.82 and 0.96 CPU s an interval in one run, stop 60), which moved every figure
-    charged net of it. ``poll`` (call it every second or two) returns the cores once the window ends."""
+    charged net of it. ``poll`` (call it every second or two with prom_metrics' latest read, which the
+    caller reads anyway) returns the cores once the window ends."""
 
-    def __init__(self, base: str, pid: int, seconds: float):
-        self.base, self.pid, self.seconds = base, pid, seconds
-        self.before = self._collections()
+    def __init__(self, pm: dict[str, float], pid: int, seconds: float):
+        self.pid, self.seconds = pid, seconds
+        self.before = pm["go_gc_duration_seconds_count"]
         self.cpu0 = self.wall0 = 0.0
         self.started, self.due = False, math.inf  # due: the collections counted once the window is long enough
         self.cycles = self.length = math.nan
 
-    def _collections(self) -> float:
-        return prom_metrics(self.base)["go_gc_duration_seconds_count"]
-
-    def poll(self) -> float | None:
-        n, now = self._collections(), time.monotonic()
+    def poll(self, pm: dict[str, float]) -> float | None:
+        n, now = pm["go_gc_duration_seconds_count"], time.monotonic()
         if not self.started:
             if n > self.before:
                 self.started, self.before, self.cpu0, self.wall0 = True, n, cpu_seconds(self.pid), now
@@ -727,16 +725,17 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # CPU seconds do not grow when other processes share the cores; wall-clock durations do.
         windows: dict[str, CpuWindow] = {}  # each CPU window: its garbage collections and length
 
-        def cpu_over(seconds: float, window: str, each: Callable[[], object] = lambda: None) -> float:
+        def cpu_over(seconds: float, window: str, each: Callable[[dict[str, float]], object] = lambda pm: None) -> float:
             """Prometheus's CPU cores over whole collection cycles spanning at least ``seconds``
             (CpuWindow), calling ``each`` every 2 s meanwhile."""
-            w = windows[window] = CpuWindow(base, proc.pid, seconds)
+            w = windows[window] = CpuWindow(prom_metrics(base), proc.pid, seconds)
             # Go collects at least every 2 minutes: two cycles at most beyond the window.
             deadline = time.monotonic() + seconds + 300
             while time.monotonic() < deadline:
-                each()
                 time.sleep(2)
-                cores = w.poll()
+                pm = prom_metrics(base)
+                each(pm)
+                cores = w.poll(pm)
                 if cores is not None:
                     return cores
             raise SystemExit(f"bench_fleet: no garbage collection in Prometheus for {seconds + 300:.0f} s")
@@ -757,7 +756,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         # durations in one run, which a slower or busier machine stretches on both sides.
         reference_took: dict[float, float] = {}  # evaluation time -> duration
         reference_cpu = cpu_over(
-            REFERENCE_WINDOW, "reference", lambda: reference_took.update(evaluations(prom_metrics(base), ["reference"]).values())
+            REFERENCE_WINDOW, "reference", lambda pm: reference_took.update(evaluations(pm, ["reference"]).values())
         )
         load([str(tmp / "rules.yaml")])
         wait_for(scraped, 120, "every target's first scrape", step=1)
@@ -773,12 +772,13 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         cpu_share = None
         deadline = time.monotonic() + cpu_window + 4 * longest
         while time.monotonic() < deadline:
+            pm = prom_metrics(base)
             if cpu_share is None and rules_window is not None:
-                cpu_share = rules_window.poll()
-            now = evaluations(prom_metrics(base), groups)
+                cpu_share = rules_window.poll(pm)
+            now = evaluations(pm, groups)
             if len(now) == len(groups) and all(stamp > first_scrape for stamp, _ in now.values()):
                 if rules_window is None:
-                    rules_window = windows["rules"] = CpuWindow(base, proc.pid, cpu_window)
+                    rules_window = windows["rules"] = CpuWindow(pm, proc.pid, cpu_window)
                 for g, (stamp, took) in now.items():
                     seen[g].add(stamp)
                     worst_group[g] = max(worst_group[g], took)

@@ -64,16 +64,15 @@ def test_a_cpu_window_spans_whole_garbage_collection_cycles(monkeypatch: pytest.
     # (time, collections so far, Prometheus's CPU seconds so far), one a poll
     polls = iter([(0, 5, 0), (10, 5, 1), (20, 6, 3), (200, 7, 20), (320, 7, 30), (330, 7, 31), (345, 8, 35), (350, 9, 36)])
 
-    def metrics(base: str) -> dict[str, float]:
+    def metrics() -> dict[str, float]:  # prom_metrics' read at each poll
         t, n, cpu = next(polls)
         clock["t"], clock["cpu"] = t, cpu
         return {"go_gc_duration_seconds_count": n}
 
-    monkeypatch.setattr(bench_fleet, "prom_metrics", metrics)
     monkeypatch.setattr(bench_fleet, "cpu_seconds", lambda pid: clock["cpu"])
     monkeypatch.setattr(bench_fleet.time, "monotonic", lambda: clock["t"])
-    w = bench_fleet.CpuWindow("http://prometheus", 1, seconds=300)  # reads the first poll: 5 collections
-    got = [w.poll() for _ in range(6)]
+    w = bench_fleet.CpuWindow(metrics(), 1, seconds=300)  # the first read: 5 collections
+    got = [w.poll(metrics()) for _ in range(6)]
     # Starts at the 6th collection's end (t=20, 3 CPU s); 300 s later (t=320) 7 have ended; the 8th
     # ends the window at t=345: two whole cycles in 325 s, 32 CPU s.
     assert got[:5] == [None] * 5
