@@ -71,6 +71,7 @@ def test_a_cpu_window_spans_whole_garbage_collection_cycles(monkeypatch: pytest.
 
     monkeypatch.setattr(bench_fleet, "cpu_seconds", lambda pid: clock["cpu"])
     monkeypatch.setattr(bench_fleet.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(bench_fleet.time, "time", lambda: 5000 + clock["t"])  # Unix time, as evaluations are stamped
     w = bench_fleet.CpuWindow(metrics(), 1, seconds=300)  # the first read: 5 collections
     got = [w.poll(metrics()) for _ in range(6)]
     # Starts at the 6th collection's end (t=20, 3 CPU s); 300 s later (t=320) 7 have ended; the 8th
@@ -78,3 +79,24 @@ def test_a_cpu_window_spans_whole_garbage_collection_cycles(monkeypatch: pytest.
     assert got[:5] == [None] * 5
     assert got[5] == pytest.approx(32 / 325)
     assert (w.cycles, w.length) == (2, 325)
+    assert w.span == (5020, 5345)
+
+
+def test_each_group_is_charged_its_share_of_the_rules_window():
+    """The rules' window ends at a collection, not at an evaluation: one of 389 s held two evaluations
+    of a 3-minute group whose share was 2.16 (stop 60). The window's CPU is scaled by the evaluation
+    time its length calls for over the evaluation time it held; an evaluation counts where it ended."""
+    w = bench_fleet.CpuWindow({"go_gc_duration_seconds_count": 0}, 1, seconds=360)
+    w.span, w.length = (1000.0, 1389.0), 389.0
+    # Every 30 s, 0.8 s each: the first straddles the start (ends at 1000.3: held); 13 held,
+    # the one starting at 1389.5 is after the end.
+    fast = {999.5 + 30 * k: 0.8 for k in range(14)}
+    # Every 3 minutes, 3 s each: 847 ended before the start; 1387 straddles the end (ends at 1390: not held).
+    slow = {847.0: 3.0, 1027.0: 3.0, 1207.0: 3.0, 1387.0: 3.0}
+    share = bench_fleet.share_of_window(w, {"fast": fast, "slow": slow}, {"fast": 30.0, "slow": 180.0})
+    assert share == pytest.approx((389 / 30 * 0.8 + 389 / 180 * 3.0) / (13 * 0.8 + 2 * 3.0))
+    assert share == pytest.approx(1.0278, abs=1e-4)
+    # A window that held each group's exact share is not scaled.
+    w.span, w.length = (1000.0, 1360.0), 360.0
+    exact = {"fast": {1000.0 + 30 * k: 0.8 for k in range(12)}, "slow": {1100.0: 3.0, 1280.0: 3.0}}
+    assert bench_fleet.share_of_window(w, exact, {"fast": 30.0, "slow": 180.0}) == pytest.approx(1.0)
