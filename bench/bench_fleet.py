@@ -23,11 +23,13 @@ the same names):
   of the group that records it (30 s, or the long group's 3 m).
   Only the series a rule reads over a range are backfilled: the other sidecar gauges
   hold minutes of samples, so the RSS is a lower bound on the 3 h head of a real server.
-- Then the scrape config alone is loaded (/-/reload) and Prometheus's CPU measured over
-  two intervals, then the rules too: Prometheus's CPU over a whole number of the slowest
-  group's periods (at least 4 intervals; two long-group evaluations) from the end of every
-  group's first evaluation (which creates the recorded series), and its own
-  prometheus_rule_group_last_duration_seconds read every 2 s meanwhile.
+- Then the scrape config alone is loaded (/-/reload) and Prometheus's CPU measured, then
+  with the reference file, then with the rules: each over whole garbage-collection cycles
+  (CpuWindow), the rules' from the first collection after every group's first evaluation
+  (which creates the recorded series) over at least two of the slowest group's periods,
+  each group charged its share of that window (share_of_window); Prometheus's own
+  prometheus_rule_group_last_duration_seconds read every 2 s meanwhile, and scraping alone
+  measured again after the rules are unloaded.
   fleet_rule_eval_seconds is the worst sum over the groups evaluated every interval,
   fleet_rule_eval_long_share the long group's worst duration over its own interval. On a
   machine shared with other work those wall-clock durations grow with the load average
@@ -720,7 +722,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         groups = list(intervals)
         longest = max(intervals.values())
         # At least TARGET_EVALUATIONS of the groups at the evaluation interval and two of a slower
-        # one; the CPU over a whole number of the slowest group's periods (each runs its share).
+        # one; the CPU over at least two of the slowest group's periods (share_of_window charges each its share).
         needed = {g: max(2, math.ceil(TARGET_EVALUATIONS * INTERVAL / iv)) for g, iv in intervals.items()}
         cpu_window = max(TARGET_EVALUATIONS * INTERVAL, 2 * longest)
 
