@@ -288,8 +288,9 @@ def check_collapse(st: Stack, direct: bool) -> None:
     if not direct:
         for rule, gauge in ((AL_RULE, f'vllm_specdec_mean_acceptance_length{{window="8s",{PRO}}}'),
                             # (over the accepted tokens read with the draft tokens, every long-group interval:
-                            # over the 30 s group's, the ramp-up's first seconds read 0.72-0.76 against 0.81)
-                            (f"{SERVER}long_group_accepted_tokens:rate5m{{{PRO}}} / {SERVER}draft_tokens:rate5m{{{PRO}}}",
+                            # over the 30 s group's, the ramp-up's first seconds read 0.72-0.76 against 0.81;
+                            # "> 0" as the recorded ratio divides: a first evaluation before any draft read 0/0, NaN)
+                            (f"{SERVER}long_group_accepted_tokens:rate5m{{{PRO}}} / ({SERVER}draft_tokens:rate5m{{{PRO}}} > 0)",
                              f'vllm_specdec_acceptance_ratio{{window="8s",{PRO}}}')):
             by_rule, by_gauge = prom.series(rule, start, end), prom.series(gauge, start, end)
             both = sorted(by_rule.keys() & by_gauge.keys())
