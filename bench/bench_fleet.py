@@ -600,9 +600,11 @@ class CpuWindow:
         return (cpu_seconds(self.pid) - self.cpu0) / self.length
 
 
-def share_of_window(window: CpuWindow, durations_of: dict[str, dict[float, float]], intervals: dict[str, float]) -> float:
+def share_of_window(
+    window: CpuWindow, durations_of: dict[str, dict[float, float]], medians: dict[str, float], intervals: dict[str, float]
+) -> float:
     """The evaluation time ``window``'s length calls for (each group's share of it: length / interval
-    evaluations at the group's median duration) over the evaluation time it held; the rules' CPU in
+    evaluations at the group's median duration, ``medians``) over the evaluation time it held; the rules' CPU in
     the window times this is their CPU per second. The window ends at a collection, not at an
     evaluation: one of 389 s held two evaluations of a 3-minute group whose share was 2.16 (stop 60,
     a figure up to a sixth low on that group). Held: the evaluations that ended inside it
@@ -611,9 +613,8 @@ def share_of_window(window: CpuWindow, durations_of: dict[str, dict[float, float
     start, end = window.span
     due = held = 0.0
     for g, every in intervals.items():
-        took = median(list(durations_of[g].values()))
-        due += window.length / every * took
-        held += sum(start < stamp + t <= end for stamp, t in durations_of[g].items()) * took
+        due += window.length / every * medians[g]
+        held += sum(start < stamp + t <= end for stamp, t in durations_of[g].items()) * medians[g]
     return due / held if held else math.nan  # none held: no figure
 
 
@@ -814,15 +815,16 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             time.sleep(2)
         else:
             raise SystemExit(f"bench_fleet: fewer than {needed} evaluations of {groups} in time")
+        medians = {g: median(list(durations_of[g].values())) for g in groups}
         for g in groups:
             print(
-                f"#   group {g} (every {intervals[g]:.0f} s): median {median(list(durations_of[g].values())):.3f} s, "
+                f"#   group {g} (every {intervals[g]:.0f} s): median {medians[g]:.3f} s, "
                 f"worst {worst_group[g]:.3f} s over {len(seen[g])} evaluations",
                 file=sys.stderr,
             )
         # The rules' evaluation time per interval (each group's median, a slower group's share of
         # it) against the reference group's median over its own window.
-        eval_per_interval = sum(median(list(durations_of[g].values())) * INTERVAL / intervals[g] for g in groups)
+        eval_per_interval = sum(medians[g] * INTERVAL / intervals[g] for g in groups)
         reference_eval = median(list(reference_took.values()))
         print(
             f"#   reference group: median {reference_eval:.3f} s over {len(reference_took)} evaluations",
@@ -869,7 +871,7 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
         day_full = bool(query(base, f"count(count_over_time({name}[5m] offset {int(need)}s))"))
         slow = [g for g in groups if intervals[g] != INTERVAL]
         assert rules_window is not None and cpu_share is not None  # the loop ends only once both are set
-        share = share_of_window(rules_window, durations_of, intervals)
+        share = share_of_window(rules_window, durations_of, medians, intervals)
         rules_cpu = (cpu_share - scrape_cpu) * share  # cores
         return {
             "engines": fleet.engines,

@@ -93,10 +93,11 @@ def test_each_group_is_charged_its_share_of_the_rules_window():
     fast = {999.5 + 30 * k: 0.8 for k in range(14)}
     # Every 3 minutes, 3 s each: 847 ended before the start; 1387 straddles the end (ends at 1390: not held).
     slow = {847.0: 3.0, 1027.0: 3.0, 1207.0: 3.0, 1387.0: 3.0}
-    share = bench_fleet.share_of_window(w, {"fast": fast, "slow": slow}, {"fast": 30.0, "slow": 180.0})
+    medians = {"fast": 0.8, "slow": 3.0}
+    share = bench_fleet.share_of_window(w, {"fast": fast, "slow": slow}, medians, {"fast": 30.0, "slow": 180.0})
     assert share == pytest.approx((389 / 30 * 0.8 + 389 / 180 * 3.0) / (13 * 0.8 + 2 * 3.0))
     assert share == pytest.approx(1.0278, abs=1e-4)
     # A window that held each group's exact share is not scaled.
     w.span, w.length = (1000.0, 1360.0), 360.0
     exact = {"fast": {1000.0 + 30 * k: 0.8 for k in range(12)}, "slow": {1100.0: 3.0, 1280.0: 3.0}}
-    assert bench_fleet.share_of_window(w, exact, {"fast": 30.0, "slow": 180.0}) == pytest.approx(1.0)
+    assert bench_fleet.share_of_window(w, exact, medians, {"fast": 30.0, "slow": 180.0}) == pytest.approx(1.0)
