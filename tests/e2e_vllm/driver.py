@@ -320,11 +320,20 @@ class VllmServer:
     def engine_lines(self) -> int:
         return sum(1 for line in self.lines() if ENGINE_LINE.search(line))
 
-    def metrics(self) -> str:
-        status, text = http_get(self.url + "/metrics")
-        if status != 200:
-            raise E2EError(f"GET {self.url}/metrics answered {status}")
-        return text
+    def metrics(self, attempts: int = 3) -> str:
+        """vLLM's /metrics as the test's own oracle. A read that gets no answer while the server
+        lives is tried again (a fresh-clone CI once lost one, cause unrecorded): what the tests
+        check is the figures, not this read; the error says why and what was running."""
+        for attempt in range(1, attempts + 1):
+            status, text = http_get(self.url + "/metrics", timeout=30)
+            if status == 200:
+                return text
+            if status != 0 or self.proc.poll() is not None or attempt == attempts:
+                break
+            time.sleep(1)
+        raise E2EError(f"GET {self.url}/metrics answered {status} after {attempt} attempt(s): {text[:300]}"
+                       f" (server {'exited ' + str(self.proc.returncode) if self.proc.poll() is not None else 'alive'};"
+                       f" {self.processes()})\n{self.tail()}")
 
 
 def _post(url: str, path: str, payload: dict, model: str = MODEL_NAME) -> dict:
