@@ -89,8 +89,12 @@ def families_present(exp: Exposition, names: Iterable[str], labels: Iterable[str
     """How many of ``names`` have samples (with ``labels``: samples carrying one of them):
     how strongly a payload looks like a producer's, so one stray family never outweighs
     a producer's full set (adapters.ranked)."""
-    labels = tuple(labels)
-    return sum(1 for n in names if any(not labels or any(lbl in s.labels for lbl in labels) for s in exp.samples.get(n, ())))
+    marks = frozenset(labels)
+    if not marks:
+        return sum(1 for n in names if exp.samples.get(n))
+    # isdisjoint: one C call per sample. The Dynamo adapters look at every sample of a plain
+    # vLLM payload (none carries their labels): a generator per sample made the ranking 2x dearer.
+    return sum(1 for n in names if any(not marks.isdisjoint(s.labels) for s in exp.samples.get(n, ())))
 
 
 class UnsupportedProducer(ParseError):
