@@ -409,6 +409,9 @@ SHAPES = {
     "an unclosed label set": lambda n: "".join(f'{NAMES[0]}{{e="{e}",{"a" * n}\n' for e in range(4)).encode(),
     "a long label value": lambda n: "".join(f'{NAMES[0]}{{e="{e}",a="{"b" * n}}} 1 ,\n' for e in range(4)).encode(),
     "indentation": lambda n: "".join(f'{" " * n}{NAMES[0]}{{e="{e}"}} 1\n' for e in range(4)).encode(),
+    # A line that holds the anchor ('spec_', scan.ANCHORS) but no wanted name: read by the line regex since stop 62.
+    "an unwanted name holding the anchor": lambda n: "".join(f'other_spec_{e}{{a="{"spec_" * (n // 5)}"}} 1 ,\n'
+                                                              for e in range(4)).encode(),
     "blank runs in a comment": lambda n: "".join(f'{NAMES[0]}{{e="{e}"}} 1 #{" " * n}x{" " * n}\n'
                                                   for e in range(4)).encode(),
 }

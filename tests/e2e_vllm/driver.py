@@ -331,9 +331,9 @@ class VllmServer:
             if status != 0 or self.proc.poll() is not None or attempt == attempts:
                 break
             time.sleep(1)
+        state = "alive" if self.proc.poll() is None else f"exited {self.proc.returncode}"
         raise E2EError(f"GET {self.url}/metrics answered {status} after {attempt} attempt(s): {text[:300]}"
-                       f" (server {'exited ' + str(self.proc.returncode) if self.proc.poll() is not None else 'alive'};"
-                       f" {self.processes()})\n{self.tail()}")
+                       f" (server {state}; {self.processes()})\n{self.tail()}")
 
 
 def _post(url: str, path: str, payload: dict, model: str = MODEL_NAME) -> dict:
