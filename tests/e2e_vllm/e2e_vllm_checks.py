@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_path, require, run_cli
+from conftest import REPO, cli_json, cli_path, require, run_cli
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -193,12 +193,6 @@ def assert_exported_equals_raw(exported: dict, raw_text: str, engines: set[str])
             d = dict(labels)
             got[(d["engine"], *([d["position"]] if "position" in d else []))] = v
         assert got == raw, f"{name} != {raw_name}: exporter {got}, vLLM {raw}"
-
-
-def cli_json(*args: str) -> dict:
-    res = run_cli(*args, "--format", "json", timeout=60)
-    assert res.returncode == 0, res.stderr.decode()
-    return json.loads(res.stdout)
 
 
 def oracle_interval(r: Run, server: VllmServer, label: str, requests: int, max_tokens: int) -> tuple[dict, SpecLine]:
