@@ -88,6 +88,7 @@ TARGET_EVALUATIONS = 10  # of each group at the evaluation interval (issue 35: a
 # long as the rules' own CPU window: over four intervals, scraping alone moved 0.95 -> 1.47 CPU s an
 # interval between runs of one payload (stop 56), and the rules are charged net of it.
 REFERENCE_WINDOW = TARGET_EVALUATIONS * INTERVAL
+ALTERNATE_ROUNDS = 2  # --alternate: each file (and the shipped rules) measured this many times, in turn
 HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to try queries against it)
 
 
@@ -675,7 +676,56 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp: Path) -> dict[str, float]:
+def alternate(
+    base: str, pid: int, load: Callable[[list[str]], None], files: dict[str, Path], rounds: int, scrape_cpu: float
+) -> dict[str, list[float]]:
+    """Rule files measured in turn in one Prometheus on the same series, ``rounds`` times over
+    (`--alternate`): the same file measured in two runs differs by up to a third, files in turn in
+    one run differ by what they cost. Each is loaded by a reload and, once every group of it has
+    evaluated, charged as the shipped rules are: Prometheus's CPU over whole collection cycles spanning
+    two periods of its slowest group, net of scraping alone (``scrape_cpu``, cores), each group at its
+    share of the window (share_of_window). Per file, its CPU seconds per interval, one a round."""
+    out: dict[str, list[float]] = {name: [] for name in files}
+    for _ in range(rounds):
+        for name, path in files.items():
+            intervals = group_intervals(path.read_text())
+            groups, longest = list(intervals), max(intervals.values())
+            load([str(path)])
+            loaded = time.time()
+            durations_of: dict[str, dict[float, float]] = defaultdict(dict)
+            window: CpuWindow | None = None
+            cores = None
+            deadline = time.monotonic() + 4 * longest + REFERENCE_WINDOW + 300
+            while cores is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"bench_fleet: no whole window of {name} in {deadline:.0f} s")
+                time.sleep(2)
+                pm = prom_metrics(base)
+                evaluated = {g: e for g, e in evaluations(pm, groups).items() if e[0] > loaded}
+                for g, (stamp, took) in evaluated.items():
+                    durations_of[g][stamp] = took
+                if window is None:
+                    if len(evaluated) == len(groups):
+                        window = CpuWindow(pm, pid, max(REFERENCE_WINDOW, 2 * longest))
+                else:
+                    cores = window.poll(pm)
+            assert window is not None
+            medians = {g: median(list(durations_of[g].values())) for g in groups}
+            share = share_of_window(window, durations_of, medians, intervals)
+            out[name].append((cores - scrape_cpu) * share * INTERVAL)
+            print(
+                f"#   alternate {name}: {out[name][-1]:.2f} CPU s an interval (Prometheus {cores * INTERVAL:.2f}, "
+                f"share {share:.3f}, {window.cycles:.0f} collections in {window.length:.0f} s); group medians "
+                + ", ".join(f"{medians[g]:.3f}" for g in groups),
+                file=sys.stderr,
+                flush=True,
+            )
+    return out
+
+
+def run(
+    variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp: Path, against: tuple[Path, ...] = ()
+) -> dict[str, float]:
     prom_bin = shutil.which("prometheus")
     if prom_bin is None:
         raise SystemExit("bench_fleet: no prometheus binary (make tools installs Debian's)")
@@ -852,6 +902,12 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             print(f"# holding {base} for {HOLD[0]:.0f} s (generator {gen.address})", file=sys.stderr, flush=True)
             time.sleep(HOLD[0])
         pm = prom_metrics(base)
+        # The shipped rules and each file to compare, in turn (after the measurement: it stays as it was).
+        files = {"shipped": tmp / "rules.yaml"}
+        for i, f in enumerate(against):
+            files[f.stem] = tmp / f"against-{i}.yaml"
+            files[f.stem].write_text(f.read_text())
+        turns = alternate(base, proc.pid, load, files, ALTERNATE_ROUNDS, scrape_cpu) if against else {}
         recorded = float(query(base, f'count({{__name__=~".+:{rules.P}_.+:.+"}})')[0]["value"][1])
         rss = rss_mb(proc.pid)  # with the rules loaded
         # Scraping alone again, in the steady state the rules left: the first measurement follows
@@ -907,6 +963,17 @@ def run(variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp:
             "backfill_samples": samples,
             "history_full": float(day_full),
             # Each CPU window's garbage collections and length (CpuWindow).
+            # Per file compared (--alternate): its figure each round and its median over the shipped rules'.
+            **{
+                f"alternate_{name}_round{i + 1}_cpu_seconds_per_interval": v
+                for name, vs in turns.items()
+                for i, v in enumerate(vs)
+            },
+            **{
+                f"alternate_{name}_to_shipped_ratio": statistics.median(vs) / statistics.median(turns["shipped"])
+                for name, vs in turns.items()
+                if name != "shipped"
+            },
             **{f"gc_cycles_{name}": w.cycles for name, w in windows.items()},
             **{f"cpu_window_seconds_{name}": w.length for name, w in windows.items()},
         }
@@ -925,9 +992,29 @@ def main(argv: list[str] | None = None) -> int:
         metavar="VARIANT=FILE",
         help="measure this rule file instead of the generated one (e.g. an older rules.yaml)",
     )
+    ap.add_argument(
+        "--alternate",
+        action="append",
+        default=[],
+        metavar="VARIANT=FILE",
+        help=f"after the measurement, measure this rule file and the shipped one in turn in the same Prometheus "
+        f"({ALTERNATE_ROUNDS} rounds): a side-by-side comparison (repeatable)",
+    )
     ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     HOLD[0] = args.hold
+    # Checked before a run of half an hour, not at its end: each file read, each named apart.
+    alternates: dict[str, list[Path]] = defaultdict(list)
+    for given in args.alternate:
+        variant, _, path = given.partition("=")
+        f = Path(path)
+        if variant not in rules.VARIANTS:
+            raise SystemExit(f"bench_fleet: --alternate {given!r}: want VARIANT=FILE, VARIANT one of {sorted(rules.VARIANTS)}")
+        if not f.is_file():
+            raise SystemExit(f"bench_fleet: --alternate {given!r}: no such file {path!r}")
+        if f.stem in ("shipped", *(a.stem for a in alternates[variant])):
+            raise SystemExit(f"bench_fleet: --alternate {given!r}: name each file apart, and not 'shipped'")
+        alternates[variant].append(f)
     sizes = [int(x) for x in args.engines.split(",")]
     variants = args.variants.split(",")
     results: dict[tuple[str, int], dict[str, float]] = {}
@@ -939,7 +1026,14 @@ def main(argv: list[str] | None = None) -> int:
             given = dict(x.split("=", 1) for x in args.rules)
             rule_text = Path(given[variant]).read_text() if variant in given else rules.dump(rules.rule_file(variant), "")
             for engines in sizes:
-                r = run(variant, engines // ENGINES_PER_POD, payloads, rule_text, tmp / f"{variant}-{engines}")
+                r = run(
+                    variant,
+                    engines // ENGINES_PER_POD,
+                    payloads,
+                    rule_text,
+                    tmp / f"{variant}-{engines}",
+                    tuple(alternates[variant]),
+                )
                 results[variant, engines] = r
                 tag = f"fleet_{variant.replace('-', '_')}_{engines}"
                 for key in (
@@ -973,6 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
                         for what in ("gc_cycles", "cpu_window_seconds")
                         for window in ("scrape_before", "reference", "rules", "scrape_after")
                     ),
+                    *(k for k in r if k.startswith("alternate_")),
                 ):
                     value = r[key]
                     print(

@@ -101,3 +101,48 @@ def test_each_group_is_charged_its_share_of_the_rules_window():
     w.span, w.length = (1000.0, 1360.0), 360.0
     exact = {"fast": {1000.0 + 30 * k: 0.8 for k in range(12)}, "slow": {1100.0: 3.0, 1280.0: 3.0}}
     assert bench_fleet.share_of_window(w, exact, medians, {"fast": 30.0, "slow": 180.0}) == pytest.approx(1.0)
+
+
+def test_rule_files_alternate_in_one_prometheus_each_charged_net_of_scraping(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """`--alternate`: the shipped rules and another file measured in turn in the same Prometheus
+    (stop 63 compared three forms of the per-engine rates so), each once every group of it has
+    evaluated since its reload, over whole collection cycles, net of scraping alone. A fake
+    Prometheus here: a collection every 40 s, scraping 0.05 cores, each file's rules their own cores."""
+    cores = {"shipped": 0.10, "inline": 0.12}  # what each file costs beyond scraping
+    files = {}
+    for name in cores:
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text("groups:\n- name: fast\n  rules: []\n- name: slow\n  interval: 3m\n  rules: []\n")
+    clock = {"t": 0.0, "cpu": 0.0, "loaded": None, "at": 0.0}
+    loads = []
+
+    def sleep(dt: float) -> None:
+        clock["t"] += dt
+        clock["cpu"] += dt * (0.05 + (cores[clock["loaded"]] if clock["loaded"] else 0.0))
+
+    def load(paths: list[str]) -> None:
+        loads.append([bench_fleet.Path(p).stem for p in paths])
+        clock["loaded"], clock["at"] = loads[-1][0], clock["t"]
+
+    def prom_metrics(base: str) -> dict[str, float]:
+        pm = {"go_gc_duration_seconds_count": float(clock["t"] // 40)}
+        path = files[clock["loaded"]]
+        for group, every in (("fast", 30.0), ("slow", 180.0)):
+            since = clock["t"] - clock["at"]
+            if since >= 1:  # each group evaluates a second after the reload, then every interval
+                last = clock["at"] + 1 + (since - 1) // every * every
+                pm[f'prometheus_rule_group_last_evaluation_timestamp_seconds{{rule_group="{path};{group}"}}'] = 5000 + last
+                pm[f'prometheus_rule_group_last_duration_seconds{{rule_group="{path};{group}"}}'] = 0.5
+        return pm
+
+    monkeypatch.setattr(bench_fleet.time, "sleep", sleep)
+    monkeypatch.setattr(bench_fleet.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(bench_fleet.time, "time", lambda: 5000 + clock["t"])
+    monkeypatch.setattr(bench_fleet, "cpu_seconds", lambda pid: clock["cpu"])
+    monkeypatch.setattr(bench_fleet, "prom_metrics", prom_metrics)
+    got = bench_fleet.alternate("http://x", 1, load, files, rounds=2, scrape_cpu=0.05)
+    assert loads == [["shipped"], ["inline"], ["shipped"], ["inline"]]
+    # Each figure is its file's own cores x 30 s (the share of the window is about 1 here: even groups).
+    for name, figures in got.items():
+        assert len(figures) == 2
+        assert figures == [pytest.approx(cores[name] * 30, rel=0.05)] * 2, (name, figures)
