@@ -902,14 +902,15 @@ def run(
             print(f"# holding {base} for {HOLD[0]:.0f} s (generator {gen.address})", file=sys.stderr, flush=True)
             time.sleep(HOLD[0])
         pm = prom_metrics(base)
-        # The shipped rules and each file to compare, in turn (after the measurement: it stays as it was).
+        recorded = float(query(base, f'count({{__name__=~".+:{rules.P}_.+:.+"}})')[0]["value"][1])
+        rss = rss_mb(proc.pid)  # with the rules loaded
+        # The shipped rules and each file to compare, in turn (after the series count and the RSS,
+        # which stay the shipped rules').
         files = {"shipped": tmp / "rules.yaml"}
         for i, f in enumerate(against):
             files[f.stem] = tmp / f"against-{i}.yaml"
             files[f.stem].write_text(f.read_text())
         turns = alternate(base, proc.pid, load, files, ALTERNATE_ROUNDS, scrape_cpu) if against else {}
-        recorded = float(query(base, f'count({{__name__=~".+:{rules.P}_.+:.+"}})')[0]["value"][1])
-        rss = rss_mb(proc.pid)  # with the rules loaded
         # Scraping alone again, in the steady state the rules left: the first measurement follows
         # the backfill's compactions, and a late one inflated it by 0.6 s an interval once (stop 43),
         # which flattered the rules' figure. The rules are charged against the lower of the two.
