@@ -10,7 +10,8 @@ Builds, unless already there, MODELS_DIR/mtp-<hash of this file and build_model.
   partial/   the healthy head's eh_proj damaged until position 0 is ~40-50 %, about half the healthy ~95 %
   chain/     the healthy head with a broken chained step: position 0 as healthy, position 1 a few %
              (fine-tuned so its second step repeats the first step's token, as an offset that never
-             advances would, then blended back towards the healthy head until position 1 is ~3 %)
+             advances would, then blended back towards the healthy head until position 1 is ~3 % of
+             the drafts the server makes on the checks' load)
 
 Only ``model.layers.2.*`` (the MTP layer) differs between them: the target's outputs
 are identical and only acceptance moves. ``figures.json`` holds the offline
@@ -36,6 +37,7 @@ from pathlib import Path
 import torch
 from build_model import build_tokenizer, corpus
 from model_cache import mtp_model_dir
+from prompts import MTP_MAX_TOKENS, PROMPTS
 from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
@@ -56,14 +58,13 @@ CHAIN = 2  # the healthy head is trained for two chained steps: k=2
 # Position 0's acceptance of the damaged heads on the target's greedy text (what vLLM serves here):
 # the seed incident's 3.6 % (AL ~1.04), and about half of the healthy head's ~0.9.
 COLLAPSE_POSITION0, PARTIAL_POSITION0 = 0.015, 0.35
-# Position 1's acceptance (of all drafts) of the chain-breaking head: under the 5 % at which
-# SpeculativeTokensWasted fires, above 0 so that the chain shows in the counters (an exact 0
-# reads as a draft shorter than k). The server reads about twice the offline figure for the
-# damaged heads (collapse 0.015 -> 0.029, partial 0.35 -> 0.43), but about half for this one:
-# 0.02 offline (0.0196) read 0.007 (1 of 144 drafts) and, under the checks' steady load, exactly
-# 0 of 1,908 drafts in the sidecar's 8 s window (two runs in a row: a draft shorter than k, not
-# the chain break). 0.04 (0.0395 offline) reads 0.0205 on the server (6 of 292 drafts).
-CHAIN_POSITION1, CHAIN_TUNE_STEPS = 0.04, 50
+# Position 1's acceptance (of all drafts) of the chain-breaking head on the drafts the server makes
+# (``served``): under the 5 % at which SpeculativeTokensWasted fires, above 0 so that the chain shows
+# in the counters (an exact 0 reads as a draft shorter than k), about 3 of the load's ~100 drafts.
+# Tuned on every index of held-out text instead, 0.04 read 0.021 on the server in one build and
+# 0.035 read 0.056 in another (stop 63: the alert, rightly, did not fire); 0.02 read 0.007 and, under
+# the checks' steady load, exactly 0 (the same few prompts repeat, so the same drafts do).
+CHAIN_POSITION1, CHAIN_TUNE_STEPS = 0.03, 50
 
 
 def config(vocab: int, tok) -> DeepseekV3Config:
@@ -155,6 +156,42 @@ def acceptance(main, mtp: MTPLayer, x: torch.Tensor, steps: int) -> list[float]:
         ok = ok & (lg.argmax(-1) == w)
         out.append(ok.float().mean().item())
     return out
+
+
+def served_texts(main, tok, steps: int) -> list[tuple[torch.Tensor, int]]:
+    """The checks' prompts (prompts.py), tokenized as the server does and continued greedily by the
+    target: (the text, its prompt's length)."""
+    out = []
+    for prompt in PROMPTS:
+        ids = tok(prompt, return_tensors="pt")["input_ids"]
+        new = MTP_MAX_TOKENS + steps + 1
+        with torch.no_grad():
+            x = main.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                              min_new_tokens=new, do_sample=False, pad_token_id=0)
+        out.append((x, ids.shape[1]))
+    return out
+
+
+def served(main, mtp: MTPLayer, texts: list[tuple[torch.Tensor, int]], steps: int) -> list[float]:
+    """Per position, the share of drafts accepted, replaying what the server drafts on the checks'
+    load (``served_texts``): a draft of ``steps`` tokens after each verification, its accepted
+    prefix and the target's own next token kept, the next draft from there. ``acceptance`` counts
+    every index of a text instead, which the server never visits all of: the chain head's position 1
+    read 0.035 offline and 0.056 on the server in one build, 0.04 and 0.021 in another, on both
+    sides of the 5 % at which SpeculativeTokensWasted fires."""
+    drafts, accepted = 0, [0] * steps
+    for x, prompt in texts:
+        logits, wants = run_chain(main, mtp, x, steps)
+        ok = [(lg.argmax(-1) == w)[0] for lg, w in zip(logits, wants, strict=True)]  # per step, per index
+        i, made = prompt - 1, 1  # the first draft follows the prompt's last token and the prefill's token
+        while made < MTP_MAX_TOKENS:
+            drafts += 1
+            n = 0
+            while n < steps and ok[n][i]:
+                accepted[n] += 1
+                n += 1
+            i, made = i + n + 1, made + n + 1
+    return [a / drafts for a in accepted]
 
 
 def batches(ids: list[int], rng: random.Random, batch: int, length: int):
@@ -307,17 +344,18 @@ def blended(a: MTPLayer, b: MTPLayer, share: float) -> MTPLayer:
     return out
 
 
-def tune_chain(main, healthy: MTPLayer, broken: MTPLayer, x, want: float) -> tuple[MTPLayer, float, list[float]]:
-    """The blend of the healthy and the chain-broken head (by bisection) whose position 1 is ``want``."""
+def tune_chain(main, healthy: MTPLayer, broken: MTPLayer, load, want: float) -> tuple[MTPLayer, float, list[float]]:
+    """The blend of the healthy and the chain-broken head (by bisection) whose position 1 is ``want``
+    on the drafts the server makes (``served``)."""
     lo, hi = 0.0, 1.0
     for _ in range(9):
         mid = (lo + hi) / 2
-        if acceptance(main, blended(healthy, broken, mid), x, 2)[1] > want:
+        if served(main, blended(healthy, broken, mid), load, 2)[1] > want:
             lo = mid
         else:
             hi = mid
     head = blended(healthy, broken, hi)
-    return head, round(hi, 4), acceptance(main, head, x, 2)
+    return head, round(hi, 4), served(main, head, load, 2)
 
 
 def save(out: Path, cfg, tok, tensors: dict[str, torch.Tensor]) -> None:
@@ -359,7 +397,10 @@ def main() -> int:
     collapse, c_scale, figures["collapse"] = tune(main_model, mtp, held, "all", COLLAPSE_POSITION0, SEED + 2)
     partial, p_scale, figures["partial"] = tune(main_model, mtp, held, "eh_proj", PARTIAL_POSITION0, SEED + 3)
     broken = chain_broken(main_model, mtp, ids, texts, random.Random(SEED + 4))
-    chain, share, figures["chain"] = tune_chain(main_model, mtp, broken, held, CHAIN_POSITION1)
+    load = served_texts(main_model, tok, 2)
+    chain, share, figures["chain_served"] = tune_chain(main_model, mtp, broken, load, CHAIN_POSITION1)
+    figures["chain"] = acceptance(main_model, chain, held, 2)
+    figures["healthy_served"] = served(main_model, mtp, load, 2)
     figures |= {"collapse_noise_all_tensors_x_std": c_scale, "partial_noise_eh_proj_x_std": p_scale,
                 "chain_share_of_the_broken_step": share}
     print(f"chain: {time.monotonic() - started:.1f} s", flush=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from prompts import PROMPTS
 
 MODEL_NAME = "tiny-llama"
 K = 3
@@ -39,16 +40,6 @@ SPEC_LINE = re.compile(
 # One per stats interval while the engine is busy, and one more once it is idle again.
 ENGINE_LINE = re.compile(r"Engine 000: Avg prompt throughput")
 
-# Repetitive prompts in the corpus's own words: the target continues them in loops,
-# which ngram drafting finds in the context.
-PROMPTS = [
-    "the cat sees the red ball in the morning . the cat sees the red ball",
-    "a dog likes a green box and a dog likes a green box again . a dog",
-    "by the sea , my sister paints the quiet river . by the sea , my sister",
-    "the robot follows an empty cup at night . the robot follows an empty cup",
-    "our neighbour carries the tall tree after lunch . our neighbour carries",
-    "in the garden , the teacher watches a bright star . in the garden ,",
-]
 
 
 class E2EError(AssertionError):

@@ -168,7 +168,10 @@ def test_healthy_head_pages_nobody_and_matches_vllms_log(incident):
     assert firing(inc, "sidecar") == [] and firing(inc, "direct") == [], (firing(inc, "sidecar"), firing(inc, "direct"))
     oracle(inc, phase)
     pos = phase.figures["vllm_log"]["per_position"]
-    assert all(p >= 0.85 for p in pos), f"healthy head at k=2: per position {pos}"
+    # Healthy, far above every alert's floor (position 0: 0.5; position 1 given 0: 0.3). Not the
+    # reference build's 0.93/0.89: each machine kind trains its own head (0.96/0.92 at stop 41, 0.895/
+    # 0.838 on stop 63's AMD EPYC), and ~100 drafts a phase carry about 0.03 of sampling error.
+    assert all(p >= 0.8 for p in pos), f"healthy head at k=2: per position {pos}"
     assert phase.figures["diff_diagnosis"] == [], phase.figures["diff_diagnosis"]
     assert inc.receiver.notifications == [], inc.receiver.notifications
 
@@ -283,7 +286,7 @@ def test_healthy_head_beyond_its_chain(incident):
     st = oracle(inc, phase)
     phase.figures["report_diagnosis"] = cli_json("report", phase.server.url + "/metrics")["models"][MTP_NAME].get("diagnosis")
     pos = phase.figures["vllm_log"]["per_position"]
-    assert len(pos) == 4 and pos[0] >= 0.85 and pos[0] >= pos[1] >= pos[2] >= pos[3], pos
+    assert len(pos) == 4 and pos[0] >= 0.8 and pos[0] >= pos[1] >= pos[2] >= pos[3], pos  # 0.8: the healthy phase
     assert inc.health() == "ok" and inc.causes() == set(), (inc.health(), inc.causes())
     # Nothing fired at k=4: no alert started after the rollout, nothing firing since the quiet.
     started = [a for a in inc.receiver.alerts(rollout, status="firing") if started_at(a) >= rollout]

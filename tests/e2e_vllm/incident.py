@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import alert_path
-from driver import PROMPTS, Forwarder, Sidecar, VllmServer, _post, free_port, http_get, pick, wait_for
+from driver import Forwarder, Sidecar, VllmServer, _post, free_port, http_get, pick, wait_for
+from prompts import MTP_MAX_TOKENS, PROMPTS
 from vllm_specdec_exporter.generators import rules
 from vllm_specdec_exporter.model import BaselineProfile
 
@@ -73,7 +74,7 @@ ALIVE = 3  # vLLM servers at once (about 2.2 GB each; the machine is shared)
 class Load:
     """Greedy completions through the URL, ``workers`` at a time, until paused or stopped."""
 
-    def __init__(self, url: str, workers: int = 4, max_tokens: int = 48):
+    def __init__(self, url: str, workers: int = 4, max_tokens: int = MTP_MAX_TOKENS):
         self.url, self.workers, self.max_tokens = url, workers, max_tokens
         self._go = threading.Event()
         self._stop = threading.Event()

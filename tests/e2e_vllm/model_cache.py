@@ -14,9 +14,10 @@ def model_dir(root: Path) -> Path:
 
 
 def mtp_model_dir(root: Path) -> Path:
-    """The DeepSeek MTP checkpoints (build_mtp_model.py, which imports build_model.py's corpus)."""
+    """The DeepSeek MTP checkpoints (build_mtp_model.py, which imports build_model.py's corpus and
+    tunes the chain head on prompts.py's load)."""
     here = Path(__file__).parent
     key = hashlib.sha256()
-    for name in ("build_mtp_model.py", "build_model.py"):
+    for name in ("build_mtp_model.py", "build_model.py", "prompts.py"):
         key.update((here / name).read_bytes())
     return Path(root) / f"mtp-{key.hexdigest()[:12]}"
