@@ -181,7 +181,8 @@ def served(main, mtp: MTPLayer, texts: list[tuple[torch.Tensor, int]], steps: in
     sides of the 5 % at which SpeculativeTokensWasted fires."""
     drafts, accepted = 0, [0] * steps
     for x, prompt in texts:
-        logits, wants = run_chain(main, mtp, x, steps)
+        with torch.no_grad():
+            logits, wants = run_chain(main, mtp, x, steps)
         ok = [(lg.argmax(-1) == w)[0] for lg, w in zip(logits, wants, strict=True)]  # per step, per index
         i, made = prompt - 1, 1  # the first draft follows the prompt's last token and the prefill's token
         while made < MTP_MAX_TOKENS:
