@@ -41,7 +41,6 @@ SPEC_LINE = re.compile(
 ENGINE_LINE = re.compile(r"Engine 000: Avg prompt throughput")
 
 
-
 class E2EError(AssertionError):
     pass
 
