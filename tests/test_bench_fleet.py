@@ -146,3 +146,30 @@ def test_rule_files_alternate_in_one_prometheus_each_charged_net_of_scraping(mon
     for name, figures in got.items():
         assert len(figures) == 2
         assert figures == [pytest.approx(cores[name] * 30, rel=0.05)] * 2, (name, figures)
+
+
+@pytest.mark.parametrize("given, said", [
+    ("vllm=rules.yaml", "VARIANT one of ['sidecar', 'vllm-direct']"),
+    ("vllm-direct=missing.yaml", "no such file 'missing.yaml'"),
+    ("vllm-direct=shipped.yaml", "name each file apart, and not 'shipped'"),
+])
+def test_alternate_files_are_checked_before_a_run(given: str, said: str, tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A mistyped --alternate fails at once on one line, not after half an hour of benchmark."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules.yaml").write_text("groups: []\n")
+    (tmp_path / "shipped.yaml").write_text("groups: []\n")
+    monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as e:
+        bench_fleet.main(["--engines", "80", "--alternate", given])
+    assert said in str(e.value) and given in str(e.value)
+
+
+def test_two_alternate_files_need_two_names(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "same.yaml").write_text("groups: []\n")
+    monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: pytest.fail("the run started"))
+    with pytest.raises(SystemExit, match="name each file apart"):
+        bench_fleet.main(["--alternate", f"vllm-direct={tmp_path / 'a' / 'same.yaml'}",
+                          "--alternate", f"vllm-direct={tmp_path / 'b' / 'same.yaml'}"])
