@@ -55,8 +55,9 @@ SEQ = 64
 # their chain head's position 1 read exactly 0 on the server, which the chain check refuses.
 MAIN_STEPS, MTP_STEPS = 150, 200
 CHAIN = 2  # the healthy head is trained for two chained steps: k=2
-# Position 0's acceptance of the damaged heads on the target's greedy text (what vLLM serves here):
-# the seed incident's 3.6 % (AL ~1.04), and about half of the healthy head's ~0.9.
+# Position 0's acceptance of the damaged heads on the drafts the server makes (``served``): under
+# the seed incident's 3.6 % (AL ~1.04), and about half of the healthy head's ~0.9. Tuned on every
+# index of held-out text instead, 0.015 read 0.0036 on the server and 0.35 read 0.309 (stop 63).
 COLLAPSE_POSITION0, PARTIAL_POSITION0 = 0.015, 0.35
 # Position 1's acceptance (of all drafts) of the chain-breaking head on the drafts the server makes
 # (``served``): under the 5 % at which SpeculativeTokensWasted fires, above 0 so that the chain shows
@@ -302,17 +303,18 @@ def damaged(mtp: MTPLayer, which: str, scale: float, seed: int) -> MTPLayer:
     return out
 
 
-def tune(main, mtp, x, which: str, want: float, seed: int) -> tuple[MTPLayer, float, list[float]]:
-    """The damage (noise scale, by bisection) that brings position 0's acceptance down to ``want``."""
+def tune(main, mtp, load, which: str, want: float, seed: int) -> tuple[MTPLayer, float, list[float]]:
+    """The damage (noise scale, by bisection) that brings position 0's acceptance down to ``want``
+    on the drafts the server makes (``served``)."""
     lo, hi = 0.0, 32.0
     for _ in range(9):
         mid = (lo + hi) / 2
-        if acceptance(main, damaged(mtp, which, mid, seed), x, 2)[0] > want:
+        if served(main, damaged(mtp, which, mid, seed), load, 2)[0] > want:
             lo = mid
         else:
             hi = mid
     head = damaged(mtp, which, hi, seed)
-    return head, round(hi, 3), acceptance(main, head, x, 2)
+    return head, round(hi, 3), served(main, head, load, 2)
 
 
 def chain_broken(main, mtp: MTPLayer, ids: list[int], texts: torch.Tensor, rng: random.Random) -> MTPLayer:
@@ -395,12 +397,13 @@ def main() -> int:
     mtp = train_mtp(main_model, cfg, ids, texts, rng, CHAIN, MTP_STEPS)
     print(f"mtp: {time.monotonic() - started:.1f} s", flush=True)
     figures = {"healthy": acceptance(main_model, mtp, held, 4)}
-    collapse, c_scale, figures["collapse"] = tune(main_model, mtp, held, "all", COLLAPSE_POSITION0, SEED + 2)
-    partial, p_scale, figures["partial"] = tune(main_model, mtp, held, "eh_proj", PARTIAL_POSITION0, SEED + 3)
-    broken = chain_broken(main_model, mtp, ids, texts, random.Random(SEED + 4))
     load = served_texts(main_model, tok, 2)
+    collapse, c_scale, figures["collapse_served"] = tune(main_model, mtp, load, "all", COLLAPSE_POSITION0, SEED + 2)
+    partial, p_scale, figures["partial_served"] = tune(main_model, mtp, load, "eh_proj", PARTIAL_POSITION0, SEED + 3)
+    broken = chain_broken(main_model, mtp, ids, texts, random.Random(SEED + 4))
     chain, share, figures["chain_served"] = tune_chain(main_model, mtp, broken, load, CHAIN_POSITION1)
-    figures["chain"] = acceptance(main_model, chain, held, 2)
+    for name, head in (("collapse", collapse), ("partial", partial), ("chain", chain)):
+        figures[name] = acceptance(main_model, head, held, 2)
     figures["healthy_served"] = served(main_model, mtp, load, 2)
     figures |= {"collapse_noise_all_tensors_x_std": c_scale, "partial_noise_eh_proj_x_std": p_scale,
                 "chain_share_of_the_broken_step": share}
