@@ -1085,6 +1085,8 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(results[v, top]["rule_eval_seconds"] for v in variants)
     print(f"fleet_cpu_model: {cpu_model()}")
     print(f"fleet_cores: {os.cpu_count()}")
+    # Prometheus inherits the environment: its garbage collector's target (docs/scale.md, stop 64).
+    print(f"fleet_prometheus_gogc: {os.environ.get('GOGC', 'unset (100)')}")
     print(f"fleet_engines: {top}")
     print(f"fleet_rule_interval_seconds: {INTERVAL}")
     print(f"fleet_rule_eval_seconds: {worst:.3f}")
