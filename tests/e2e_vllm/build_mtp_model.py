@@ -303,18 +303,18 @@ def damaged(mtp: MTPLayer, which: str, scale: float, seed: int) -> MTPLayer:
     return out
 
 
-def tune(main, mtp, load, which: str, want: float, seed: int) -> tuple[MTPLayer, float, list[float]]:
-    """The damage (noise scale, by bisection) that brings position 0's acceptance down to ``want``
-    on the drafts the server makes (``served``)."""
-    lo, hi = 0.0, 32.0
+def bisect(main, load, head_at, position: int, want: float, hi: float) -> tuple[MTPLayer, float, list[float]]:
+    """The head ``head_at(x)``, x in [0, hi] found by bisection, whose acceptance at ``position``
+    on the drafts the server makes (``served``) falls to ``want``; with x and its figures."""
+    lo = 0.0
     for _ in range(9):
         mid = (lo + hi) / 2
-        if served(main, damaged(mtp, which, mid, seed), load, 2)[0] > want:
+        if served(main, head_at(mid), load, 2)[position] > want:
             lo = mid
         else:
             hi = mid
-    head = damaged(mtp, which, hi, seed)
-    return head, round(hi, 3), served(main, head, load, 2)
+    head = head_at(hi)
+    return head, hi, served(main, head, load, 2)
 
 
 def chain_broken(main, mtp: MTPLayer, ids: list[int], texts: torch.Tensor, rng: random.Random) -> MTPLayer:
@@ -345,20 +345,6 @@ def blended(a: MTPLayer, b: MTPLayer, share: float) -> MTPLayer:
     out.load_state_dict({k: (1 - share) * v + share * sb[k] for k, v in a.state_dict().items()})
     out.eval()
     return out
-
-
-def tune_chain(main, healthy: MTPLayer, broken: MTPLayer, load, want: float) -> tuple[MTPLayer, float, list[float]]:
-    """The blend of the healthy and the chain-broken head (by bisection) whose position 1 is ``want``
-    on the drafts the server makes (``served``)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(9):
-        mid = (lo + hi) / 2
-        if served(main, blended(healthy, broken, mid), load, 2)[1] > want:
-            lo = mid
-        else:
-            hi = mid
-    head = blended(healthy, broken, hi)
-    return head, round(hi, 4), served(main, head, load, 2)
 
 
 def save(out: Path, cfg, tok, tensors: dict[str, torch.Tensor]) -> None:
@@ -398,15 +384,20 @@ def main() -> int:
     print(f"mtp: {time.monotonic() - started:.1f} s", flush=True)
     figures = {"healthy": acceptance(main_model, mtp, held, 4)}
     load = served_texts(main_model, tok, 2)
-    collapse, c_scale, figures["collapse_served"] = tune(main_model, mtp, load, "all", COLLAPSE_POSITION0, SEED + 2)
-    partial, p_scale, figures["partial_served"] = tune(main_model, mtp, load, "eh_proj", PARTIAL_POSITION0, SEED + 3)
+    # Each damaged head is set on the server's drafts: collapse and partial by the noise scale
+    # (position 0), chain by its blend of the healthy and the chain-broken head (position 1).
+    collapse, c_scale, figures["collapse_served"] = bisect(
+        main_model, load, lambda x: damaged(mtp, "all", x, SEED + 2), 0, COLLAPSE_POSITION0, 32.0)
+    partial, p_scale, figures["partial_served"] = bisect(
+        main_model, load, lambda x: damaged(mtp, "eh_proj", x, SEED + 3), 0, PARTIAL_POSITION0, 32.0)
     broken = chain_broken(main_model, mtp, ids, texts, random.Random(SEED + 4))
-    chain, share, figures["chain_served"] = tune_chain(main_model, mtp, broken, load, CHAIN_POSITION1)
+    chain, share, figures["chain_served"] = bisect(
+        main_model, load, lambda x: blended(mtp, broken, x), 1, CHAIN_POSITION1, 1.0)
     for name, head in (("collapse", collapse), ("partial", partial), ("chain", chain)):
         figures[name] = acceptance(main_model, head, held, 2)
     figures["healthy_served"] = served(main_model, mtp, load, 2)
-    figures |= {"collapse_noise_all_tensors_x_std": c_scale, "partial_noise_eh_proj_x_std": p_scale,
-                "chain_share_of_the_broken_step": share}
+    figures |= {"collapse_noise_all_tensors_x_std": round(c_scale, 3), "partial_noise_eh_proj_x_std": round(p_scale, 3),
+                "chain_share_of_the_broken_step": round(share, 4)}
     print(f"chain: {time.monotonic() - started:.1f} s", flush=True)
     print("offline acceptance per position:", json.dumps(figures), flush=True)
     shutil.rmtree(out / "tokenizer")
