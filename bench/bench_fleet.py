@@ -515,6 +515,7 @@ def prom_metrics(base: str) -> dict[str, float]:
             or line.startswith("process_resident_memory_bytes")
             or line.startswith("prometheus_tsdb_head_series ")
             or line.startswith("go_gc_duration_seconds_count ")
+            or line.startswith("go_memstats_next_gc_bytes ")
         ):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
@@ -583,7 +584,7 @@ class CpuWindow:
         self.before = pm["go_gc_duration_seconds_count"]
         self.cpu0 = self.wall0 = 0.0
         self.started, self.due = False, math.inf  # due: the collections counted once the window is long enough
-        self.cycles = self.length = math.nan
+        self.cycles = self.length = self.heap_goal = math.nan
         self.span = (math.nan, math.nan)  # its start and end in Unix time, as the rule groups stamp evaluations
 
     def poll(self, pm: dict[str, float]) -> float | None:
@@ -598,6 +599,8 @@ class CpuWindow:
         if n <= self.due:
             return None
         self.cycles, self.length, self.span = n - self.before, now - self.wall0, (self.span[0], time.time())
+        # The heap its last collection marked, times (1 + GOGC/100): a window's costlier collections show here.
+        self.heap_goal = pm.get("go_memstats_next_gc_bytes", math.nan)
         return (cpu_seconds(self.pid) - self.cpu0) / self.length
 
 
@@ -981,6 +984,7 @@ def run(
             # Each CPU window's garbage collections and length (CpuWindow).
             **{f"gc_cycles_{name}": w.cycles for name, w in windows.items()},
             **{f"cpu_window_seconds_{name}": w.length for name, w in windows.items()},
+            **{f"heap_goal_mb_{name}": w.heap_goal / 1e6 for name, w in windows.items()},
         }
 
 
