@@ -1073,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
                     "history_full",
                     *(
                         f"{what}_{window}"
-                        for what in ("gc_cycles", "cpu_window_seconds")
+                        for what in ("gc_cycles", "cpu_window_seconds", "heap_goal_mb")
                         for window in ("scrape_before", "reference", "rules", "scrape_after")
                     ),
                     *(k for k in r if k.startswith("alternate_")),
