@@ -173,3 +173,19 @@ def test_two_alternate_files_need_two_names(tmp_path, monkeypatch: pytest.Monkey
     with pytest.raises(SystemExit, match="name each file apart"):
         bench_fleet.main(["--alternate", f"vllm-direct={tmp_path / 'a' / 'same.yaml'}",
                           "--alternate", f"vllm-direct={tmp_path / 'b' / 'same.yaml'}"])
+
+
+def test_every_figure_of_a_run_is_printed(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """main prints each figure run returns: a second hand-kept list of names once computed the heap
+    goals and dropped them."""
+    figures = {"engines": 80, "rule_eval_seconds": 0.5, "rule_eval_long_share": 0.01, "rules_cpu_seconds_per_interval": 0.4,
+               "recorded_series_per_engine": 6.5, "rss_mb": 300.0, "rules_cpu_to_reference_ratio": 3.0,
+               "rules_cpu_to_scrape_ratio": 1.5, "rule_eval_to_reference_eval_ratio": 3.5, "load_average": 0.2,
+               "heap_goal_mb_rules": 123.456, "a_figure_added_later": 7.25}
+    monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: ("", ""))
+    monkeypatch.setattr(bench_fleet, "run", lambda *a: dict(figures))
+    assert bench_fleet.main(["--engines", "80", "--variants", "vllm-direct"]) == 0
+    out = capsys.readouterr().out
+    assert "fleet_vllm_direct_80_heap_goal_mb_rules: 123.456\n" in out
+    assert "fleet_vllm_direct_80_a_figure_added_later: 7.250\n" in out
+    assert "fleet_vllm_direct_80_engines: 80\n" in out
