@@ -37,7 +37,7 @@ the same names):
   interval with the rules minus without) does not. The costliest rules of the last
   evaluation and each group's worst duration go to stderr.
 
-    .venv/bin/python bench/bench_fleet.py [--engines 1000,10000] [--variants sidecar,vllm-direct]
+    .venv/bin/python bench/bench_fleet.py [--engines 1000,10000] [--variants sidecar,vllm-direct] [--gogc 200]
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ TARGET_EVALUATIONS = 10  # of each group at the evaluation interval (issue 35: a
 # interval between runs of one payload (stop 56), and the rules are charged net of it.
 REFERENCE_WINDOW = TARGET_EVALUATIONS * INTERVAL
 ALTERNATE_ROUNDS = 2  # --alternate: each file (and the shipped rules) measured this many times, in turn
+# Go's garbage-collector target in Prometheus's environment, as docs/scale.md sizes a Prometheus for
+# 10,000 engines: Go's default (100) marks the whole heap twice as often, 0.5-1.4 CPU s an interval more.
+PROMETHEUS_GOGC = "200"
 HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to try queries against it)
 
 
@@ -728,7 +731,13 @@ def alternate(
 
 
 def run(
-    variant: str, pods: int, payloads: tuple[str, str], rule_text: str, tmp: Path, against: tuple[Path, ...] = ()
+    variant: str,
+    pods: int,
+    payloads: tuple[str, str],
+    rule_text: str,
+    tmp: Path,
+    against: tuple[Path, ...] = (),
+    gogc: str = PROMETHEUS_GOGC,
 ) -> dict[str, float]:
     prom_bin = shutil.which("prometheus")
     if prom_bin is None:
@@ -754,6 +763,7 @@ def run(
                 "--log.level=warn",
             ],
             tmp / "prometheus.log",
+            {**os.environ, "GOGC": gogc},
         )
         base = f"http://{address}"
         wait_for(lambda: get(f"{base}/-/ready", 5), 60, "Prometheus to be ready")
@@ -1009,9 +1019,17 @@ def main(argv: list[str] | None = None) -> int:
         help=f"after the measurement, measure this rule file and the shipped one in turn in the same Prometheus "
         f"({ALTERNATE_ROUNDS} rounds): a side-by-side comparison (repeatable)",
     )
+    ap.add_argument(
+        "--gogc",
+        default=os.environ.get("GOGC", PROMETHEUS_GOGC),
+        help=f"Go's GOGC in Prometheus's environment (default: $GOGC, else {PROMETHEUS_GOGC}, what docs/scale.md "
+        "gives a Prometheus at 10,000 engines; 100 is Go's own default)",
+    )
     ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     HOLD[0] = args.hold
+    if not (args.gogc.isdigit() and int(args.gogc) > 0 or args.gogc == "off"):
+        raise SystemExit(f"bench_fleet: --gogc {args.gogc!r}: want a positive whole percentage (Go's GOGC), or off")
     # Checked before a run of half an hour, not at its end: each file read, each named apart.
     alternates: dict[str, list[Path]] = defaultdict(list)
     for given in args.alternate:
@@ -1042,6 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
                     rule_text,
                     tmp / f"{variant}-{engines}",
                     tuple(alternates[variant]),
+                    args.gogc,
                 )
                 results[variant, engines] = r
                 tag = f"fleet_{variant.replace('-', '_')}_{engines}"
@@ -1057,8 +1076,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(results[v, top]["rule_eval_seconds"] for v in variants)
     print(f"fleet_cpu_model: {cpu_model()}")
     print(f"fleet_cores: {os.cpu_count()}")
-    # Prometheus inherits the environment: its garbage collector's target (docs/scale.md, stop 64).
-    print(f"fleet_prometheus_gogc: {os.environ.get('GOGC', 'unset (100)')}")
+    print(f"fleet_prometheus_gogc: {args.gogc}")
     print(f"fleet_engines: {top}")
     print(f"fleet_rule_interval_seconds: {INTERVAL}")
     print(f"fleet_rule_eval_seconds: {worst:.3f}")

@@ -65,10 +65,11 @@ def http_ok(url: str) -> bool:
 
 
 @contextmanager
-def process(args: list[str], log: Path):
-    """``args`` running with its output in ``log``; terminated (then killed) on exit."""
+def process(args: list[str], log: Path, env: dict[str, str] | None = None):
+    """``args`` running with its output in ``log`` (in ``env``, or this process's environment);
+    terminated (then killed) on exit."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         yield proc
     finally:
@@ -80,9 +81,9 @@ def process(args: list[str], log: Path):
             proc.wait(5)
 
 
-def start(es: ExitStack, args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+def start(es: ExitStack, args: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start ``args`` (told to listen on 127.0.0.1:0); the process and host:port once it listens."""
-    proc = es.enter_context(process(args, log))
+    proc = es.enter_context(process(args, log, env))
     port = wait_for(lambda: listening_port(proc), 30, f"{args[0]} to listen (log: {log})", step=0.1)
     return proc, f"127.0.0.1:{port}"
 

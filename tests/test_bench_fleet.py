@@ -189,3 +189,28 @@ def test_every_figure_of_a_run_is_printed(tmp_path, monkeypatch: pytest.MonkeyPa
     assert "fleet_vllm_direct_80_heap_goal_mb_rules: 123.456\n" in out
     assert "fleet_vllm_direct_80_a_figure_added_later: 7.250\n" in out
     assert "fleet_vllm_direct_80_engines: 80\n" in out
+
+
+def test_prometheus_runs_with_the_documented_gogc_unless_told(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """The bench runs Prometheus as docs/scale.md sizes it (GOGC=200), so the command an outsider
+    types reproduces the documented figures; $GOGC or --gogc measure another setting, and say so."""
+    given: list[str] = []
+    monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: ("", ""))
+    figures = {"rule_eval_seconds": 0.5, "rule_eval_long_share": 0.01, "rules_cpu_seconds_per_interval": 0.4,
+               "recorded_series_per_engine": 6.5, "rss_mb": 300.0, "rules_cpu_to_reference_ratio": 3.0,
+               "rules_cpu_to_scrape_ratio": 1.5, "rule_eval_to_reference_eval_ratio": 3.5, "load_average": 0.2}
+    monkeypatch.setattr(bench_fleet, "run", lambda *a: given.append(a[-1]) or dict(figures))
+    monkeypatch.delenv("GOGC", raising=False)
+    for argv, env, want in ((), None, "200"), (("--gogc", "100"), None, "100"), ((), "150", "150"), (("--gogc", "off"), "150", "off"):
+        if env:
+            monkeypatch.setenv("GOGC", env)
+        assert bench_fleet.main(["--engines", "80", "--variants", "vllm-direct", *argv]) == 0
+        assert given.pop() == want
+        assert f"fleet_prometheus_gogc: {want}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "2OO", "", "200 "])
+def test_a_bad_gogc_is_refused_before_a_run(bad: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: pytest.fail("ran"))
+    with pytest.raises(SystemExit, match=f"--gogc '{bad}': want a positive whole percentage"):
+        bench_fleet.main(["--engines", "80", "--gogc", bad])
