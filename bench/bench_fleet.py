@@ -1028,7 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     HOLD[0] = args.hold
-    if not (args.gogc.isdigit() and int(args.gogc) > 0 or args.gogc == "off"):
+    if args.gogc != "off" and not (args.gogc.isascii() and args.gogc.isdigit() and int(args.gogc) > 0):
         raise SystemExit(f"bench_fleet: --gogc {args.gogc!r}: want a positive whole percentage (Go's GOGC), or off")
     # Checked before a run of half an hour, not at its end: each file read, each named apart.
     alternates: dict[str, list[Path]] = defaultdict(list)

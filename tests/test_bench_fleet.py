@@ -209,7 +209,7 @@ def test_prometheus_runs_with_the_documented_gogc_unless_told(monkeypatch: pytes
         assert f"fleet_prometheus_gogc: {want}\n" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("bad", ["0", "-5", "2OO", "", "200 "])
+@pytest.mark.parametrize("bad", ["0", "-5", "2OO", "", "200 ", "\u00b2", "Off"])
 def test_a_bad_gogc_is_refused_before_a_run(bad: str, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: pytest.fail("ran"))
     with pytest.raises(SystemExit, match=f"--gogc '{bad}': want a positive whole percentage"):
