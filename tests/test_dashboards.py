@@ -175,10 +175,22 @@ def test_every_panel_query_answers_from_a_real_prometheus(collapse_stack, tmp_pa
     # can land while the group is being evaluated, and read this rule's new figure beside the
     # panel's rules' previous one (seen under a busy machine, where the simulated rate jitters:
     # 115.3 against 134.4).
+    # That evaluation must itself be past the collapse: the wait above saw the latest one broken,
+    # and the one before it can still hold a moment of the healthy head in its range (stop 66: AL
+    # 1.094 there, forgone 117.9 against 123.7 expected).
     drafts_rule = f"namespace_model_name:vllm_specdec_drafts:rate5m{{{model}}}"
-    at = prom.value(f"timestamp({drafts_rule})") - 0.5
+
+    def broken_evaluation() -> float | None:
+        at = prom.value(f"timestamp({drafts_rule})") - 0.5
+        return at if (prom.value(cost["Decode-step factor per server"], at) or 0) > 0.99 * 2.27 / broken_al else None
+
+    at = wait_for(broken_evaluation, deadline - time.time(), "an evaluation before the latest to read the broken head")
     drafts = prom.value(drafts_rule, at)
-    assert 70 < drafts <= 100 * 8 / 7 + 0.1  # rate() extrapolates 7 scrape intervals to the 8 s range: 101.14 was read
+    # rate() extrapolates 7 scrape intervals to the 8 s range (101.14 was read), and the simulator
+    # counts on its own clock between two fetches that Prometheus stamps at their scrape's start: a
+    # fetch served late lengthens the span counted by what the stamps do not show (114.86, 0.5 % over
+    # 8/7, in a fresh-clone run at stop 66). 5 % of room for that, far from a doubled or halved rate.
+    assert 70 < drafts <= 100 * 8 / 7 * 1.05
     assert prom.value(cost["Output tokens/s forgone"], at) == pytest.approx(drafts * (2.27 - broken_al), rel=0.02)
     assert prom.value(cost["Decode steps wasted"], healthy_at) == 0
     assert prom.value(cost["Output tokens/s forgone"], healthy_at) == 0
