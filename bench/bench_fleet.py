@@ -90,7 +90,7 @@ TARGET_EVALUATIONS = 10  # of each group at the evaluation interval (issue 35: a
 REFERENCE_WINDOW = TARGET_EVALUATIONS * INTERVAL
 ALTERNATE_ROUNDS = 2  # --alternate: each file (and the shipped rules) measured this many times, in turn
 # Go's garbage-collector target in Prometheus's environment, as docs/scale.md sizes a Prometheus for
-# 10,000 engines: Go's default (100) marks the whole heap twice as often, 0.5-1.4 CPU s an interval more.
+# 10,000 engines: Go's default (100) marks the whole heap twice as often, 0.4-1.4 CPU s an interval more.
 PROMETHEUS_GOGC = "200"
 HOLD = [0.0]  # --hold: keep each Prometheus up this long after measuring (to try queries against it)
 
@@ -737,8 +737,8 @@ def alternate(
             out[name].append((cores - scrape_cpu) * share * INTERVAL)
             print(
                 f"#   alternate {name}: {out[name][-1]:.2f} CPU s an interval (Prometheus {cores * INTERVAL:.2f}, "
-                f"share {share:.3f}, {window.cycles:.0f} collections in {window.length:.0f} s); group medians "
-                + ", ".join(f"{medians[g]:.3f}" for g in groups),
+                f"share {share:.3f}, {window.cycles:.0f} collections in {window.length:.0f} s, "
+                f"{window.restarts} restarts for a compaction); group medians " + ", ".join(f"{medians[g]:.3f}" for g in groups),
                 file=sys.stderr,
                 flush=True,
             )
