@@ -201,13 +201,16 @@ def test_two_alternate_files_need_two_names(tmp_path, monkeypatch: pytest.Monkey
                           "--alternate", f"vllm-direct={tmp_path / 'b' / 'same.yaml'}"])
 
 
+# The figures of a run that main's summary lines read, for a stubbed run.
+READ_BY_MAIN = {"rule_eval_seconds": 0.5, "rule_eval_long_share": 0.01, "rules_cpu_seconds_per_interval": 0.4,
+                "recorded_series_per_engine": 6.5, "rss_mb": 300.0, "rules_cpu_to_reference_ratio": 3.0,
+                "rules_cpu_to_scrape_ratio": 1.5, "rule_eval_to_reference_eval_ratio": 3.5, "load_average": 0.2}
+
+
 def test_every_figure_of_a_run_is_printed(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """main prints each figure run returns: a second hand-kept list of names once computed the heap
     goals and dropped them."""
-    figures = {"engines": 80, "rule_eval_seconds": 0.5, "rule_eval_long_share": 0.01, "rules_cpu_seconds_per_interval": 0.4,
-               "recorded_series_per_engine": 6.5, "rss_mb": 300.0, "rules_cpu_to_reference_ratio": 3.0,
-               "rules_cpu_to_scrape_ratio": 1.5, "rule_eval_to_reference_eval_ratio": 3.5, "load_average": 0.2,
-               "heap_goal_mb_rules": 123.456, "a_figure_added_later": 7.25}
+    figures = {**READ_BY_MAIN, "engines": 80, "heap_goal_mb_rules": 123.456, "a_figure_added_later": 7.25}
     monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: ("", ""))
     monkeypatch.setattr(bench_fleet, "run", lambda *a: dict(figures))
     assert bench_fleet.main(["--engines", "80", "--variants", "vllm-direct"]) == 0
@@ -222,10 +225,7 @@ def test_prometheus_runs_with_the_documented_gogc_unless_told(monkeypatch: pytes
     types reproduces the documented figures; $GOGC or --gogc measure another setting, and say so."""
     given: list[str] = []
     monkeypatch.setattr(bench_fleet, "capture_payloads", lambda tmp: ("", ""))
-    figures = {"rule_eval_seconds": 0.5, "rule_eval_long_share": 0.01, "rules_cpu_seconds_per_interval": 0.4,
-               "recorded_series_per_engine": 6.5, "rss_mb": 300.0, "rules_cpu_to_reference_ratio": 3.0,
-               "rules_cpu_to_scrape_ratio": 1.5, "rule_eval_to_reference_eval_ratio": 3.5, "load_average": 0.2}
-    monkeypatch.setattr(bench_fleet, "run", lambda *a: given.append(a[-1]) or dict(figures))
+    monkeypatch.setattr(bench_fleet, "run", lambda *a: given.append(a[-1]) or dict(READ_BY_MAIN))
     monkeypatch.delenv("GOGC", raising=False)
     for argv, env, want in ((), None, "200"), (("--gogc", "100"), None, "100"), ((), "150", "150"), (("--gogc", "off"), "150", "off"):
         if env:
